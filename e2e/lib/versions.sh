@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Versions of everything the test cluster is built from. Changing one rebuilds only that part.
 K8S_VERSION=v1.34.4
 ETCD_VERSION=v3.6.16
@@ -5,4 +6,4 @@ CONTAINERD_VERSION=v2.2.9
 HELM_VERSION=v3.19.5
 CNI_PLUGINS_VERSION=v1.9.1
 # Debian packages the cluster needs on the host (installed by `e2e/cluster up` when missing).
-HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux iproute2 gcc libc6-dev"
+HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux mount iproute2 curl tar gcc libc6-dev"
