@@ -1,0 +1,43 @@
+//! Client side of a supervisor's control socket.
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+use crate::error::AgentError;
+use crate::supervisor::{Control, ControlReply};
+
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sends one request; `Ok(false)` when the socket is gone (the supervisor has finished).
+pub async fn send(sock: &Path, req: &Control) -> Result<bool, AgentError> {
+    let fut = async {
+        let mut conn = match UnixStream::connect(sock).await {
+            Ok(c) => c,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
+                return Ok(false)
+            }
+            Err(e) => return Err(AgentError::io(format!("connecting to {}", sock.display()))(e)),
+        };
+        let mut line = serde_json::to_vec(req).map_err(|e| AgentError::Internal(e.to_string()))?;
+        line.push(b'\n');
+        conn.write_all(&line).await.map_err(AgentError::io("writing control request"))?;
+        let mut reply = String::new();
+        BufReader::new(conn).read_line(&mut reply).await.map_err(AgentError::io("reading control reply"))?;
+        if reply.is_empty() {
+            // Supervisor exited while we talked to it: the record tells the outcome.
+            return Ok(false);
+        }
+        let reply: ControlReply =
+            serde_json::from_str(&reply).map_err(|e| AgentError::Internal(format!("control reply: {e}")))?;
+        if reply.ok {
+            Ok(true)
+        } else {
+            Err(AgentError::InvalidRequest(reply.error.unwrap_or_default()))
+        }
+    };
+    tokio::time::timeout(CONTROL_TIMEOUT, fut)
+        .await
+        .map_err(|_| AgentError::OperationInterrupted(format!("supervisor at {} did not answer", sock.display())))?
+}

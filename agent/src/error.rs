@@ -1,0 +1,82 @@
+//! Typed agent errors; each maps to a wire [`ErrorCode`] and an HTTP status.
+use sandbox_api::wire::{ApiError, ErrorCode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("container {container:?} of pod {pod_uid} not found: {detail}")]
+    ContainerNotFound { pod_uid: String, container: String, detail: String },
+    #[error("container {container:?} of pod {pod_uid} is not running: {detail}")]
+    ContainerUnavailable { pod_uid: String, container: String, detail: String },
+    #[error("working directory {cwd:?}: {reason}")]
+    InvalidProcessCwd { cwd: String, reason: String },
+    #[error("env: {0}")]
+    InvalidProcessEnvironment(String),
+    #[error("cannot start {argv0:?}: {reason}")]
+    ProcessSpawnFailed { argv0: String, reason: String },
+    #[error("process {0} not found")]
+    ProcessNotFound(String),
+    #[error("process {0}: supervisor vanished without an exit record")]
+    ProcessLost(String),
+    #[error("{0}")]
+    OperationInterrupted(String),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    #[error("container runtime: {0}")]
+    Runtime(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl AgentError {
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> AgentError {
+        let context = context.into();
+        move |source| AgentError::Io { context, source }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            AgentError::ContainerNotFound { .. } => ErrorCode::ContainerNotFound,
+            AgentError::ContainerUnavailable { .. } => ErrorCode::ContainerUnavailable,
+            AgentError::InvalidProcessCwd { .. } => ErrorCode::InvalidProcessCwd,
+            AgentError::InvalidProcessEnvironment(_) => ErrorCode::InvalidProcessEnvironment,
+            AgentError::ProcessSpawnFailed { .. } => ErrorCode::ProcessSpawnFailed,
+            AgentError::ProcessNotFound(_) => ErrorCode::ProcessNotFound,
+            AgentError::ProcessLost(_) => ErrorCode::ProcessLost,
+            AgentError::OperationInterrupted(_) => ErrorCode::OperationInterrupted,
+            AgentError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            AgentError::Unauthorized(_) => ErrorCode::Unauthorized,
+            AgentError::Runtime(_) => ErrorCode::ContainerUnavailable,
+            AgentError::Io { .. } | AgentError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// Label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        self.code().as_str()
+    }
+
+    pub fn http_status(&self) -> u16 {
+        match self.code() {
+            ErrorCode::InvalidRequest
+            | ErrorCode::InvalidProcessCwd
+            | ErrorCode::InvalidProcessEnvironment => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::ProcessNotFound | ErrorCode::ContainerNotFound => 404,
+            ErrorCode::ContainerUnavailable | ErrorCode::ProcessSpawnFailed => 409,
+            ErrorCode::OperationInterrupted | ErrorCode::AgentUnavailable => 503,
+            _ => 500,
+        }
+    }
+
+    pub fn to_api(&self) -> ApiError {
+        ApiError { code: self.code(), message: self.to_string() }
+    }
+}

@@ -1,0 +1,30 @@
+//! Node agent: starts processes inside pod containers with the container's own security context,
+//! supervises each with a `sandbox-supervisor` that outlives the agent, and serves their state and
+//! output to the operator.
+//!
+//! Where things live:
+//! - [`exec_id`]: the idempotency key and its validation.
+//! - [`layout`]: the on-disk state directory (one place for every path).
+//! - [`record`]: atomic reads/writes of process records.
+//! - [`ledger`]: the output ledger (framed, segmented, capped) and its cursor reader.
+//! - [`runtime`]: finding a container (CRI or a runc state dir) and building the exec spec.
+//! - [`supervisor`]: the per-process supervisor loop (no async runtime; small footprint).
+//! - [`readiness`]: tcpSocket / httpGet probes inside the pod's network namespace, logMatch.
+//! - [`registry`], [`spawn`], [`control`], [`server`], [`auth`]: the agent daemon.
+pub mod auth;
+pub mod clock;
+pub mod control;
+pub mod error;
+pub mod exec_id;
+pub mod layout;
+pub mod ledger;
+pub mod procfs;
+pub mod readiness;
+pub mod record;
+pub mod registry;
+pub mod runtime;
+pub mod server;
+pub mod spawn;
+pub mod supervisor;
+
+pub use error::AgentError;

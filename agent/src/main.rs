@@ -1,0 +1,164 @@
+//! `sandbox-agent`: the node agent daemon.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand, ValueEnum};
+use sandbox_agent::auth::{Auth, TokenReviewer};
+use sandbox_agent::layout::Layout;
+use sandbox_agent::registry::{Config, Registry};
+use sandbox_agent::runtime::{cri::CriLookup, runc_state::RuncStateLookup, Lookup};
+use sandbox_agent::server::{router, AppState};
+use sandbox_agent::spawn::{install_supervisor, SpawnConfig};
+
+#[derive(Parser)]
+#[command(name = "sandbox-agent", version, about = "Runs and supervises processes inside pod containers")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum LookupKind {
+    /// Ask the node's CRI runtime (containerd, CRI-O).
+    Cri,
+    /// Read a runc state root directly (containers started with plain runc).
+    Runc,
+}
+
+#[derive(Copy, Clone, ValueEnum)]
+enum AuthMode {
+    /// Projected ServiceAccount token checked by TokenReview.
+    TokenReview,
+    /// Shared secret read from --token-file (tests, clusterless use).
+    Static,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve the agent API.
+    Serve(Serve),
+    /// Supervise one process (normally started by `serve`).
+    Supervise { state_dir: PathBuf, exec_id: String },
+}
+
+#[derive(Parser)]
+struct Serve {
+    #[arg(long, env = "SANDBOX_AGENT_LISTEN", default_value = "0.0.0.0:9443")]
+    listen: SocketAddr,
+    /// Host path (also mounted at the same path in the agent pod).
+    #[arg(long, env = "SANDBOX_AGENT_STATE_DIR", default_value = "/var/lib/sandbox-agent")]
+    state_dir: PathBuf,
+    #[arg(long, value_enum, default_value = "cri")]
+    lookup: LookupKind,
+    #[arg(long, default_value = "/run/containerd/containerd.sock")]
+    cri_socket: PathBuf,
+    /// OCI runtime binary, as a path in the supervisors' mount namespace.
+    #[arg(long, default_value = "/usr/sbin/runc")]
+    runtime_binary: String,
+    /// Runtime state root for containers whose lookup does not report one
+    /// (containerd: /run/containerd/runc/k8s.io; CRI-O: /run/runc).
+    #[arg(long, default_value = "/run/containerd/runc/k8s.io")]
+    runtime_root: String,
+    /// Supervisor binary; default: the `sandbox-supervisor` next to this binary, installed
+    /// into <state-dir>/bin.
+    #[arg(long)]
+    supervisor_binary: Option<PathBuf>,
+    /// Run supervisors in this mount namespace (the host's, from a hostPID pod).
+    #[arg(long)]
+    host_mount_ns: Option<PathBuf>,
+    /// Cgroup that supervisors are moved to, outside the agent pod's cgroup.
+    #[arg(long, default_value = "sandbox-supervisors")]
+    supervisor_cgroup: String,
+    /// Leave supervisors in the agent's own cgroup (only for clusterless testing).
+    #[arg(long)]
+    no_supervisor_cgroup: bool,
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    cgroup_root: PathBuf,
+    /// Output kept per process; older output is dropped with an explicit gap marker.
+    #[arg(long, default_value_t = 64 << 20)]
+    log_retention_bytes: u64,
+    #[arg(long, value_enum, default_value = "token-review")]
+    auth: AuthMode,
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    #[arg(long, default_value = "sandbox-agent")]
+    audience: String,
+    /// The only caller accepted, e.g. system:serviceaccount:sandbox-system:sandbox-operator.
+    #[arg(long, env = "SANDBOX_AGENT_ALLOWED_USER")]
+    allowed_user: Option<String>,
+    #[arg(long, default_value = "/proc")]
+    proc_root: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Supervise { .. } => sandbox_agent::supervisor::main(),
+        Cmd::Serve(s) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+                )
+                .json()
+                .init();
+            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(s))
+        }
+    }
+}
+
+async fn serve(s: Serve) -> anyhow::Result<()> {
+    let layout = Layout::new(&s.state_dir);
+    layout.ensure().with_context(|| format!("creating state dir {}", s.state_dir.display()))?;
+    let auth = match s.auth {
+        AuthMode::Static => {
+            let f = s.token_file.as_ref().context("--auth static needs --token-file")?;
+            let token = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            if token.trim().len() < 16 {
+                bail!("--token-file {}: token must be at least 16 characters", f.display());
+            }
+            Auth::Static { token: token.trim().to_string() }
+        }
+        AuthMode::TokenReview => {
+            let user = s.allowed_user.clone().context("--auth token-review needs --allowed-user")?;
+            Auth::TokenReview(TokenReviewer::in_cluster(s.audience.clone(), user)?)
+        }
+    };
+    let supervisor_bin = match &s.supervisor_binary {
+        Some(p) => p.clone(),
+        None => {
+            let me = std::env::current_exe()?;
+            let sibling = me.with_file_name("sandbox-supervisor");
+            install_supervisor(&sibling, &layout).with_context(|| format!("installing {}", sibling.display()))?
+        }
+    };
+    let lookup = match s.lookup {
+        LookupKind::Cri => Lookup::Cri(CriLookup::new(s.cri_socket.clone())?),
+        LookupKind::Runc => Lookup::RuncState(RuncStateLookup { root: s.runtime_root.clone().into() }),
+    };
+    let cfg = Config {
+        layout,
+        lookup,
+        spawn: SpawnConfig {
+            supervisor_bin,
+            host_mount_ns: s.host_mount_ns.clone(),
+            cgroup: (!s.no_supervisor_cgroup).then(|| s.supervisor_cgroup.clone()),
+            cgroup_root: s.cgroup_root.clone(),
+        },
+        runtime_binary: s.runtime_binary.clone(),
+        default_runtime_root: s.runtime_root.clone(),
+        retention_bytes: s.log_retention_bytes,
+        proc_root: s.proc_root.clone(),
+    };
+    let registry = Registry::open(cfg).await?;
+    let app = router(AppState { registry, auth: Arc::new(auth) });
+    let listener = tokio::net::TcpListener::bind(s.listen).await.with_context(|| format!("binding {}", s.listen))?;
+    tracing::info!(listen = %listener.local_addr()?, "serving");
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
+        tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+    };
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    Ok(())
+}

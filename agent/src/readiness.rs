@@ -1,0 +1,189 @@
+//! Readiness probes. tcpSocket and httpGet run on a thread that has joined the pod's network
+//! namespace, so a listener bound only to 127.0.0.1 inside the pod counts (kubelet probes, which
+//! dial the pod IP from the host, miss those). logMatch runs on the supervisor's output path.
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sched::{setns, CloneFlags};
+use sandbox_api::wire::{LogStream, ProbeKind, StatusRange};
+
+use crate::ledger::Stream;
+
+const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn addrs(port: u16) -> [SocketAddr; 2] {
+    [SocketAddr::from(([127, 0, 0, 1], port)), SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port))]
+}
+
+pub fn tcp_probe(port: u16) -> bool {
+    addrs(port).iter().any(|a| TcpStream::connect_timeout(a, DIAL_TIMEOUT).is_ok())
+}
+
+/// Status code of `GET path` on localhost:port, if the server answered with an HTTP status line.
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    for addr in addrs(port) {
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, DIAL_TIMEOUT) else { continue };
+        let _ = s.set_read_timeout(Some(DIAL_TIMEOUT));
+        let _ = s.set_write_timeout(Some(DIAL_TIMEOUT));
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: localhost:{port}\r\nUser-Agent: sandbox-agent-probe/1\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        if s.write_all(req.as_bytes()).is_err() {
+            continue;
+        }
+        let mut buf = [0u8; 64];
+        let mut n = 0;
+        while n < buf.len() {
+            match s.read(&mut buf[n..]) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
+            if buf[..n].windows(2).any(|w| w == b"\r\n") {
+                break;
+            }
+        }
+        let line = String::from_utf8_lossy(&buf[..n]);
+        let mut parts = line.split_whitespace();
+        if parts.next().is_some_and(|v| v.starts_with("HTTP/")) {
+            if let Some(code) = parts.next().and_then(|c| c.parse().ok()) {
+                return Some(code);
+            }
+        }
+    }
+    None
+}
+
+pub fn http_probe(port: u16, path: &str, range: &StatusRange) -> bool {
+    http_status(port, path).is_some_and(|c| c >= range.min && c <= range.max)
+}
+
+/// Outcome sent from a probe thread to the supervisor loop (one byte on a pipe).
+pub const READY: u8 = b'R';
+pub const TIMED_OUT: u8 = b'T';
+
+/// Runs a network probe every `period` inside the network namespace at `netns` until it passes,
+/// `deadline` passes, or `cancel` is set; reports once on `notify`.
+pub fn spawn_net_prober(
+    netns: PathBuf,
+    probe: ProbeKind,
+    period: Duration,
+    deadline: Option<Instant>,
+    cancel: Arc<AtomicBool>,
+    notify: OwnedFd,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // Opened before the thread starts so a vanished namespace is reported by the caller.
+    let ns = File::open(&netns)?;
+    std::thread::Builder::new().name("probe".into()).stack_size(128 * 1024).spawn(move || {
+        let mut notify = File::from(notify);
+        // Only this thread changes namespace; the supervisor's other work stays on the host side.
+        if let Err(e) = setns(&ns, CloneFlags::CLONE_NEWNET) {
+            eprintln!("readiness: joining {}: {e}", netns.display());
+            return;
+        }
+        loop {
+            if cancel.load(Ordering::Relaxed) {
+                return;
+            }
+            let ok = match &probe {
+                ProbeKind::TcpSocket { port } => tcp_probe(*port),
+                ProbeKind::HttpGet { port, path, status } => http_probe(*port, path, status),
+                ProbeKind::LogMatch { .. } => return,
+            };
+            if ok {
+                let _ = notify.write_all(&[READY]);
+                return;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                let _ = notify.write_all(&[TIMED_OUT]);
+                return;
+            }
+            std::thread::sleep(period);
+        }
+    })
+}
+
+/// Line-oriented regex matcher over the selected output stream(s).
+pub struct LogMatcher {
+    re: regex::Regex,
+    stream: LogStream,
+    partial: [Vec<u8>; 2],
+}
+
+/// Longest unterminated line kept for matching; bounds memory for output without newlines.
+const MAX_PARTIAL: usize = 64 * 1024;
+
+impl LogMatcher {
+    pub fn new(pattern: &str, stream: LogStream) -> Result<Self, regex::Error> {
+        Ok(LogMatcher { re: regex::Regex::new(pattern)?, stream, partial: [Vec::new(), Vec::new()] })
+    }
+
+    /// Feeds output; true once a line (or the current unterminated line) matches.
+    pub fn feed(&mut self, stream: Stream, data: &[u8]) -> bool {
+        let wanted = match self.stream {
+            LogStream::Both => true,
+            LogStream::Stdout => stream == Stream::Stdout,
+            LogStream::Stderr => stream == Stream::Stderr,
+        };
+        if !wanted {
+            return false;
+        }
+        let buf = &mut self.partial[stream as usize - 1];
+        let mut rest = data;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            buf.extend_from_slice(&rest[..nl]);
+            let hit = self.re.is_match(&String::from_utf8_lossy(buf));
+            buf.clear();
+            if hit {
+                return true;
+            }
+            rest = &rest[nl + 1..];
+        }
+        buf.extend_from_slice(rest);
+        if buf.len() > MAX_PARTIAL {
+            let cut = buf.len() - MAX_PARTIAL;
+            buf.drain(..cut);
+        }
+        // Prompts often lack a newline ("listening on :8080" then nothing).
+        !buf.is_empty() && self.re.is_match(&String::from_utf8_lossy(buf))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn log_matcher_lines_streams_and_partials() {
+        let mut m = LogMatcher::new("ready on [0-9]+", LogStream::Stderr).unwrap();
+        assert!(!m.feed(Stream::Stdout, b"ready on 80\n"), "stdout ignored");
+        assert!(!m.feed(Stream::Stderr, b"starting\nready o"));
+        assert!(m.feed(Stream::Stderr, b"n 8080\n"));
+        let mut m = LogMatcher::new("^go$", LogStream::Both).unwrap();
+        assert!(m.feed(Stream::Stdout, b"go"), "unterminated line matches");
+    }
+
+    #[test]
+    fn tcp_and_http_probes_against_real_listeners() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for s in l.incoming().take(2) {
+                let mut s = s.unwrap();
+                let mut b = [0u8; 512];
+                let _ = s.read(&mut b);
+                let _ = s.write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n");
+            }
+        });
+        assert!(tcp_probe(port));
+        assert_eq!(http_status(port, "/healthz"), Some(204));
+        assert!(!http_probe(port, "/", &StatusRange { min: 200, max: 203 }));
+        drop(TcpListener::bind("127.0.0.1:0").unwrap());
+    }
+}

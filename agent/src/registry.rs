@@ -1,0 +1,443 @@
+//! The agent's view of all processes on the node: records loaded from the state dir, kept current
+//! by inotify on the records directory, supervisors watched through pidfds (a supervisor that
+//! vanishes without a final record becomes `ProcessLost`), and a broadcast of every change.
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sandbox_api::wire::{
+    ApiError, EndReason, ErrorCode, Phase, ProbeKind, ProcessRecord, SignalRequest, StartRequest, WatchEvent,
+};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+use crate::clock::now_rfc3339;
+use crate::control;
+use crate::error::AgentError;
+use crate::exec_id::ExecId;
+use crate::layout::Layout;
+use crate::record;
+use crate::runtime::{exec_spec, LaunchSpec, Lookup};
+use crate::spawn::{self, SpawnConfig};
+use crate::supervisor::{valid_signal, Control, SupervisorIdentity};
+
+/// How long a start waits for the supervisor to report Running or Error.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+pub struct Config {
+    pub layout: Layout,
+    pub lookup: Lookup,
+    pub spawn: SpawnConfig,
+    pub runtime_binary: String,
+    /// Used when the lookup does not say where the container's runtime state lives.
+    pub default_runtime_root: String,
+    pub retention_bytes: u64,
+    /// Prefix under which container roots are visible (`/proc`; with hostPID the host's).
+    pub proc_root: String,
+}
+
+pub struct Registry {
+    cfg: Config,
+    records: Mutex<BTreeMap<String, ProcessRecord>>,
+    tx: broadcast::Sender<WatchEvent>,
+    start_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Registry {
+    /// Loads the state dir, reattaches to live supervisors and marks dead ones lost, then starts
+    /// watching for changes.
+    pub async fn open(cfg: Config) -> Result<Arc<Self>, AgentError> {
+        cfg.layout.ensure().map_err(AgentError::io("creating state dir"))?;
+        let (tx, _) = broadcast::channel(4096);
+        let reg = Arc::new(Registry {
+            cfg,
+            records: Mutex::new(BTreeMap::new()),
+            tx,
+            start_locks: Mutex::new(HashMap::new()),
+        });
+        // Watch first so no change between the scan and the watch is missed.
+        reg.clone().spawn_watcher()?;
+        let procs = std::fs::read_dir(reg.cfg.layout.procs_dir()).map_err(AgentError::io("reading procs dir"))?;
+        let mut live = 0;
+        for entry in procs.flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
+            let Ok(id) = ExecId::parse(&name) else { continue };
+            match record::read_record(&reg.cfg.layout.record(&id)) {
+                Ok(rec) if rec.is_final() => reg.upsert(rec),
+                _ => {
+                    live += 1;
+                    reg.clone().reattach(id).await;
+                }
+            }
+        }
+        info!(records = reg.records.lock().unwrap().len(), live, "state loaded");
+        tokio::spawn(async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                spawn::reap_exited();
+            }
+        });
+        Ok(reg)
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<WatchEvent> {
+        self.tx.subscribe()
+    }
+
+    pub fn list(&self) -> Vec<ProcessRecord> {
+        self.records.lock().unwrap().values().cloned().collect()
+    }
+
+    pub fn get(&self, id: &str) -> Result<ProcessRecord, AgentError> {
+        self.records.lock().unwrap().get(id).cloned().ok_or_else(|| AgentError::ProcessNotFound(id.to_string()))
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.cfg.layout
+    }
+
+    /// Stores `rec` if newer than what we have, and tells watchers.
+    fn upsert(&self, rec: ProcessRecord) {
+        let mut map = self.records.lock().unwrap();
+        if let Some(old) = map.get(&rec.exec_id) {
+            // A lost-marking by the agent carries the supervisor's last revision + 1; older
+            // supervisor writes arriving late must not undo a final record.
+            if old.revision > rec.revision || (old.is_final() && !rec.is_final()) || old == &rec {
+                return;
+            }
+        }
+        map.insert(rec.exec_id.clone(), rec.clone());
+        drop(map);
+        let _ = self.tx.send(WatchEvent::Upsert { record: Box::new(rec) });
+    }
+
+    fn spawn_watcher(self: Arc<Self>) -> Result<(), AgentError> {
+        use inotify::{Inotify, WatchMask};
+        let ino = Inotify::init().map_err(AgentError::io("inotify init"))?;
+        ino.watches()
+            .add(self.cfg.layout.records_dir(), WatchMask::MOVED_TO | WatchMask::CLOSE_WRITE | WatchMask::DELETE)
+            .map_err(AgentError::io("watching records dir"))?;
+        let mut stream = ino.into_event_stream(vec![0u8; 64 * 1024]).map_err(AgentError::io("inotify stream"))?;
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            while let Some(ev) = stream.next().await {
+                let ev = match ev {
+                    Ok(ev) => ev,
+                    Err(e) => {
+                        warn!(error = %e, "inotify");
+                        continue;
+                    }
+                };
+                let Some(name) = ev.name.as_ref().and_then(|n| n.to_str()) else { continue };
+                if name.starts_with('.') {
+                    continue;
+                }
+                let Some(id) = name.strip_suffix(".json") else { continue };
+                let Ok(id) = ExecId::parse(id) else { continue };
+                if ev.mask.contains(inotify::EventMask::DELETE) {
+                    continue; // forget() removes from the map itself
+                }
+                if let Ok(rec) = record::read_record(&self.cfg.layout.record(&id)) {
+                    self.upsert(rec);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Resumes watching a process whose supervisor may still run (after an agent restart).
+    async fn reattach(self: Arc<Self>, id: ExecId) {
+        let ident: Option<SupervisorIdentity> = record::read_json(&self.cfg.layout.supervisor(&id)).ok();
+        if let Ok(rec) = record::read_record(&self.cfg.layout.record(&id)) {
+            self.upsert(rec);
+        }
+        match ident {
+            Some(ident) if ident.alive() => self.watch_supervisor(id, ident),
+            _ => {
+                // Started before a crash but never got a supervisor, or it died unrecorded.
+                self.mark_lost(&id, "supervisor not running and no exit record").await;
+            }
+        }
+    }
+
+    /// Waits for the supervisor to exit (pidfd), then checks that it left a final record.
+    fn watch_supervisor(self: Arc<Self>, id: ExecId, ident: SupervisorIdentity) {
+        tokio::spawn(async move {
+            match pidfd_open(ident.pid) {
+                Ok(fd) if ident.alive() => {
+                    // SAFETY: the OwnedFd moves into the AsyncFd and stays open, unchanged, for its
+                    // whole lifetime.
+                    if let Ok(afd) = unsafe { AsyncFd::register(fd) } {
+                        let _ = afd.readable().await;
+                    }
+                }
+                // Already gone (or pid reused: identity check failed).
+                _ => {}
+            }
+            // Let inotify deliver the final write before judging.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            match record::read_record(&self.cfg.layout.record(&id)) {
+                Ok(rec) if rec.is_final() => self.upsert(rec),
+                _ => self.mark_lost(&id, "supervisor exited without an exit record").await,
+            }
+        });
+    }
+
+    async fn mark_lost(&self, id: &ExecId, why: &str) {
+        let path = self.cfg.layout.record(id);
+        let mut rec = match record::read_record(&path) {
+            Ok(r) if r.is_final() => {
+                self.upsert(r);
+                return;
+            }
+            Ok(r) => r,
+            Err(_) => match record::read_json::<LaunchSpec>(&self.cfg.layout.launch(id)) {
+                Ok(l) => skeleton(&l),
+                Err(_) => return, // not ours / half-created dir with nothing to report
+            },
+        };
+        warn!(exec_id = %id, why, "process lost");
+        rec.phase = Phase::Error;
+        rec.end_reason = Some(EndReason::Lost);
+        rec.error = Some(ApiError {
+            code: ErrorCode::ProcessLost,
+            message: format!("{why}; the exit code is unknown"),
+        });
+        rec.finished_at = Some(now_rfc3339());
+        rec.revision += 1;
+        if let Err(e) = record::write_json(&path, &rec, true) {
+            warn!(exec_id = %id, error = %e, "writing lost record");
+        }
+        self.upsert(rec);
+    }
+
+    fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.start_locks.lock().unwrap().entry(id.to_string()).or_default().clone()
+    }
+
+    /// Starts the process, or returns the existing one for this exec id (idempotent).
+    pub async fn start(self: &Arc<Self>, req: StartRequest) -> Result<ProcessRecord, AgentError> {
+        let id = ExecId::parse(&req.exec_id)?;
+        validate(&req)?;
+        let lock = self.lock_for(id.as_str());
+        let _guard = lock.lock().await;
+        let proc_dir = self.cfg.layout.proc_dir(&id);
+        if proc_dir.exists() {
+            return self.wait_started(&id).await;
+        }
+        let info = self.cfg.lookup.find(&req.pod_uid, &req.container).await?;
+        let process = exec_spec::build_process(&info.spec, &req)?;
+        let root = std::path::PathBuf::from(format!("{}/{}/root", self.cfg.proc_root, info.pid));
+        {
+            let (root, process) = (root.clone(), process.clone());
+            tokio::task::spawn_blocking(move || exec_spec::precheck_in_root(&root, &process))
+                .await
+                .map_err(|e| AgentError::Internal(e.to_string()))??;
+        }
+        let launch = LaunchSpec {
+            request: req,
+            container_id: info.id.clone(),
+            container_pid: info.pid,
+            container_start: crate::procfs::start_time(info.pid),
+            runtime_binary: self.cfg.runtime_binary.clone(),
+            runtime_root: info.runtime_root.clone().unwrap_or_else(|| self.cfg.default_runtime_root.clone()),
+            retention_bytes: self.cfg.retention_bytes,
+        };
+        // mkdir is the cross-restart idempotency point: once it exists, this id never spawns again.
+        match std::fs::create_dir(&proc_dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return self.wait_started(&id).await,
+            Err(e) => return Err(AgentError::io("creating process dir")(e)),
+        }
+        record::write_json(&self.cfg.layout.process_spec(&id), &process, false)
+            .map_err(AgentError::io("writing process spec"))?;
+        record::write_json(&self.cfg.layout.launch(&id), &launch, true).map_err(AgentError::io("writing launch spec"))?;
+        let mut rx = self.subscribe();
+        let pid = spawn::spawn_supervisor(&self.cfg.spawn, &self.cfg.layout, &id).map_err(|e| {
+            AgentError::ProcessSpawnFailed { argv0: launch.request.command[0].clone(), reason: format!("starting supervisor: {e}") }
+        });
+        let pid = match pid {
+            Ok(p) => p,
+            Err(e) => {
+                self.mark_lost(&id, &e.to_string()).await;
+                return Err(e);
+            }
+        };
+        info!(exec_id = %id, supervisor = pid, container = %info.id, "supervisor started");
+        // Wait for the first non-Starting record, then watch the supervisor's life.
+        let deadline = tokio::time::Instant::now() + START_WAIT;
+        loop {
+            if let Ok(rec) = self.get(id.as_str()) {
+                if rec.phase != Phase::Starting {
+                    break;
+                }
+            }
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Err(_) => break,
+                Ok(Err(broadcast::error::RecvError::Closed)) => break,
+                Ok(_) => {}
+            }
+        }
+        if let Ok(ident) = record::read_json::<SupervisorIdentity>(&self.cfg.layout.supervisor(&id)) {
+            self.clone().watch_supervisor(id.clone(), ident);
+        } else if let Some(st) = crate::procfs::start_time(pid as i32) {
+            self.clone().watch_supervisor(id.clone(), SupervisorIdentity { pid: pid as i32, start_time: st });
+        }
+        self.record_now(&id)
+    }
+
+    fn record_now(&self, id: &ExecId) -> Result<ProcessRecord, AgentError> {
+        if let Ok(rec) = record::read_record(&self.cfg.layout.record(id)) {
+            self.upsert(rec);
+        }
+        self.get(id.as_str())
+    }
+
+    /// For a repeated start: the existing process, once it has left Starting (bounded wait).
+    async fn wait_started(&self, id: &ExecId) -> Result<ProcessRecord, AgentError> {
+        let deadline = tokio::time::Instant::now() + START_WAIT;
+        loop {
+            if let Ok(rec) = self.record_now(id) {
+                if rec.phase != Phase::Starting || tokio::time::Instant::now() >= deadline {
+                    return Ok(rec);
+                }
+            } else if tokio::time::Instant::now() >= deadline {
+                return Err(AgentError::OperationInterrupted(format!("process {id} is still being created")));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    pub async fn signal(&self, id: &str, req: SignalRequest) -> Result<ProcessRecord, AgentError> {
+        let rec = self.get(id)?;
+        let id = ExecId::parse(id)?;
+        let control = if req.stop {
+            let launch: LaunchSpec =
+                record::read_json(&self.cfg.layout.launch(&id)).map_err(AgentError::io("reading launch spec"))?;
+            let signal = req.signal.unwrap_or(launch.request.stop_signal);
+            if !valid_signal(signal) {
+                return Err(AgentError::InvalidRequest(format!("signal {signal}: must be 1-64")));
+            }
+            Control::Stop { signal, grace_seconds: req.grace_seconds.unwrap_or(launch.request.grace_seconds) }
+        } else {
+            let signal = req.signal.ok_or_else(|| AgentError::InvalidRequest("signal: required unless stop is true".into()))?;
+            if !valid_signal(signal) {
+                return Err(AgentError::InvalidRequest(format!("signal {signal}: must be 1-64")));
+            }
+            Control::Signal { signal }
+        };
+        if rec.is_final() {
+            return Ok(rec); // stopping or signalling an ended process succeeds, changes nothing
+        }
+        control::send(&self.cfg.layout.control(&id), &control).await?;
+        self.record_now(&id)
+    }
+
+    /// Stops the process if it runs (stop sequence), waits for its end, then deletes everything.
+    pub async fn forget(&self, id: &str) -> Result<(), AgentError> {
+        let rec = self.get(id)?;
+        let id = ExecId::parse(id)?;
+        if !rec.is_final() {
+            let launch: Option<LaunchSpec> = record::read_json(&self.cfg.layout.launch(&id)).ok();
+            let (signal, grace) = launch.map(|l| (l.request.stop_signal, l.request.grace_seconds)).unwrap_or((15, 5));
+            let _ = control::send(&self.cfg.layout.control(&id), &Control::Stop { signal, grace_seconds: grace }).await;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(grace + 10);
+            while !self.get(id.as_str()).map(|r| r.is_final()).unwrap_or(true) {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(AgentError::OperationInterrupted(format!("process {id} did not end after SIGKILL")));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let _ = std::fs::remove_file(self.cfg.layout.record(&id));
+        let _ = std::fs::remove_dir_all(self.cfg.layout.proc_dir(&id));
+        self.records.lock().unwrap().remove(id.as_str());
+        self.start_locks.lock().unwrap().remove(id.as_str());
+        let _ = self.tx.send(WatchEvent::Deleted { exec_id: id.to_string() });
+        Ok(())
+    }
+}
+
+fn skeleton(l: &LaunchSpec) -> ProcessRecord {
+    ProcessRecord {
+        exec_id: l.request.exec_id.clone(),
+        pod_uid: l.request.pod_uid.clone(),
+        container: l.request.container.clone(),
+        container_id: l.container_id.clone(),
+        phase: Phase::Starting,
+        pid: None,
+        host_pid: None,
+        started_at: None,
+        finished_at: None,
+        ready: false,
+        ready_at: None,
+        readiness_timed_out: false,
+        stop_requested: false,
+        exit: None,
+        end_reason: None,
+        error: None,
+        output: Default::default(),
+        revision: 0,
+    }
+}
+
+/// Request checks that need no container; messages name the field.
+pub fn validate(req: &StartRequest) -> Result<(), AgentError> {
+    let bad = |m: String| Err(AgentError::InvalidRequest(m));
+    if req.pod_uid.is_empty() {
+        return bad("podUid: must not be empty".into());
+    }
+    if req.container.is_empty() {
+        return bad("container: must not be empty".into());
+    }
+    exec_spec::validate_command(&req.command)?;
+    exec_spec::validate_env(&req.env)?;
+    if let Some(d) = &req.working_dir {
+        if !d.starts_with('/') {
+            return Err(AgentError::InvalidProcessCwd { cwd: d.clone(), reason: "must be an absolute path".into() });
+        }
+    }
+    if req.timeout_seconds == Some(0) {
+        return bad("timeoutSeconds: must be at least 1".into());
+    }
+    if !valid_signal(req.stop_signal) {
+        return bad(format!("stopSignal {}: must be 1-64", req.stop_signal));
+    }
+    if let Some(r) = &req.readiness {
+        match &r.probe {
+            ProbeKind::TcpSocket { port } | ProbeKind::HttpGet { port, .. } if *port == 0 => {
+                return bad("readiness.port: must be 1-65535".into())
+            }
+            ProbeKind::HttpGet { path, status, .. } => {
+                if !path.starts_with('/') {
+                    return bad(format!("readiness.httpGet.path {path:?}: must start with '/'"));
+                }
+                if status.min > status.max || status.min < 100 || status.max > 599 {
+                    return bad(format!("readiness.httpGet.status {}-{}: need 100 <= min <= max <= 599", status.min, status.max));
+                }
+            }
+            ProbeKind::LogMatch { pattern, .. } => {
+                if let Err(e) = regex::Regex::new(pattern) {
+                    return bad(format!("readiness.logMatch.pattern: {e}"));
+                }
+            }
+            _ => {}
+        }
+        if r.period_millis == 0 {
+            return bad("readiness.periodMillis: must be at least 1".into());
+        }
+    }
+    Ok(())
+}
+
+fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd we then own exclusively.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a freshly returned, valid descriptor not owned elsewhere.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}

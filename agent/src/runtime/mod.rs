@@ -1,0 +1,62 @@
+//! Finding the target container and describing how to exec into it.
+//!
+//! Two lookups: [`cri`] asks the node's CRI runtime (containerd, CRI-O) the way kubelet does;
+//! [`runc_state`] reads a runc state root directly (containers started with plain runc, used by
+//! the agent's own tests and usable on nodes without CRI). Both produce a [`ContainerInfo`] whose
+//! OCI spec is the source of the exec'd process's security context.
+pub mod cri;
+pub mod exec_spec;
+pub mod runc_state;
+
+use sandbox_api::wire::StartRequest;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AgentError;
+
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+
+#[derive(Clone, Debug)]
+pub struct ContainerInfo {
+    pub id: String,
+    /// Host pid of the container's init process.
+    pub pid: i32,
+    /// The container's OCI runtime spec (config.json).
+    pub spec: serde_json::Value,
+    /// The OCI runtime's state root holding this container, when the lookup knows it.
+    pub runtime_root: Option<String>,
+}
+
+/// Everything the supervisor needs to launch one process; written by the agent.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LaunchSpec {
+    pub request: StartRequest,
+    pub container_id: String,
+    pub container_pid: i32,
+    #[serde(default)]
+    pub container_start: Option<u64>,
+    pub runtime_binary: String,
+    pub runtime_root: String,
+    pub retention_bytes: u64,
+}
+
+pub enum Lookup {
+    Cri(cri::CriLookup),
+    RuncState(runc_state::RuncStateLookup),
+}
+
+impl Lookup {
+    pub async fn find(&self, pod_uid: &str, container: &str) -> Result<ContainerInfo, AgentError> {
+        match self {
+            Lookup::Cri(l) => l.find(pod_uid, container).await,
+            Lookup::RuncState(l) => {
+                let l = l.clone();
+                let (p, c) = (pod_uid.to_string(), container.to_string());
+                tokio::task::spawn_blocking(move || l.find(&p, &c))
+                    .await
+                    .map_err(|e| AgentError::Internal(format!("lookup task: {e}")))?
+            }
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The agent's HTTP API (see `sandbox_api::wire` for the endpoints and types).
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine;
+use sandbox_api::wire::{LogEvent, LogQuery, LogStream, ProcessList, SignalRequest, StartRequest, WatchEvent};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::auth::Auth;
+use crate::error::AgentError;
+use crate::exec_id::ExecId;
+use crate::ledger::{self, decode_cursor, encode_cursor, Entry, Stream};
+use crate::registry::Registry;
+
+/// Poll interval of a log follower waiting for new output.
+const FOLLOW_POLL: Duration = Duration::from_millis(20);
+/// Default page for non-follow reads without maxBytes, per ledger read.
+const READ_CHUNK: u64 = 4 << 20;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub registry: Arc<Registry>,
+    pub auth: Arc<Auth>,
+}
+
+impl IntoResponse for AgentError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(self.to_api())).into_response()
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/processes", post(start).get(list))
+        .route("/v1/processes/{id}", get(get_one).delete(forget))
+        .route("/v1/processes/{id}/signal", post(signal))
+        .route("/v1/processes/{id}/logs", get(logs))
+        .route("/v1/watch", get(watch))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(state)
+}
+
+async fn authenticate(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let header = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    match st.auth.check(header).await {
+        Ok(()) => next.run(req).await,
+        Err(e) => {
+            tracing::warn!(error = %e, path = %req.uri().path(), "refused");
+            e.into_response()
+        }
+    }
+}
+
+async fn start(State(st): State<AppState>, body: Bytes) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
+    let req: StartRequest =
+        serde_json::from_slice(&body).map_err(|e| AgentError::InvalidRequest(format!("request body: {e}")))?;
+    Ok(Json(st.registry.start(req).await?))
+}
+
+async fn list(State(st): State<AppState>) -> Json<ProcessList> {
+    Json(ProcessList { items: st.registry.list() })
+}
+
+async fn get_one(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
+    Ok(Json(st.registry.get(&id)?))
+}
+
+async fn forget(State(st): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, AgentError> {
+    st.registry.forget(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn signal(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
+    let req: SignalRequest =
+        serde_json::from_slice(&body).map_err(|e| AgentError::InvalidRequest(format!("request body: {e}")))?;
+    Ok(Json(st.registry.signal(&id, req).await?))
+}
+
+fn ndjson(rx: mpsc::Receiver<Bytes>) -> Response {
+    let stream = futures::StreamExt::map(ReceiverStream::new(rx), Ok::<_, Infallible>);
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    resp
+}
+
+fn line<T: serde::Serialize>(v: &T) -> Bytes {
+    let mut b = serde_json::to_vec(v).unwrap_or_default();
+    b.push(b'\n');
+    Bytes::from(b)
+}
+
+async fn logs(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<LogQuery>) -> Result<Response, AgentError> {
+    let eid = ExecId::parse(&id)?;
+    st.registry.get(&id)?;
+    let start = match &q.since {
+        Some(c) => decode_cursor(c).ok_or_else(|| AgentError::InvalidRequest(format!("since {c:?}: not a cursor")))?,
+        None => 0,
+    };
+    let dir = st.registry.layout().ledger(&eid);
+    // Validate the cursor up front so a bad one is a 400, not a broken stream.
+    {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || ledger::read_after(&dir, start, 1))
+            .await
+            .map_err(|e| AgentError::Internal(e.to_string()))?
+            .map_err(|e| AgentError::InvalidRequest(e.to_string()))?;
+    }
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let registry = st.registry.clone();
+    tokio::spawn(async move {
+        let mut pos = start;
+        let mut budget = q.max_bytes.unwrap_or(u64::MAX);
+        let want = q.stream.unwrap_or(LogStream::Both);
+        let mut final_seen = false;
+        loop {
+            let d = dir.clone();
+            let chunk = budget.min(READ_CHUNK);
+            let res = tokio::task::spawn_blocking(move || ledger::read_after(&d, pos, chunk)).await;
+            let (entries, next) = match res {
+                Ok(Ok(v)) => v,
+                _ => break,
+            };
+            let got_any = !entries.is_empty();
+            for e in entries {
+                let ev = match e {
+                    Entry::Gap { from, to } => LogEvent::Truncated { dropped_bytes: to - from, cursor: encode_cursor(to) },
+                    Entry::Data { stream, ts_nanos, data, cursor } => {
+                        budget = budget.saturating_sub(data.len() as u64);
+                        let s = match stream {
+                            Stream::Stdout => LogStream::Stdout,
+                            Stream::Stderr => LogStream::Stderr,
+                        };
+                        if want != LogStream::Both && want != s {
+                            continue;
+                        }
+                        LogEvent::Data {
+                            stream: s,
+                            data: base64::engine::general_purpose::STANDARD.encode(&data),
+                            ts_nanos,
+                            cursor: encode_cursor(cursor),
+                        }
+                    }
+                };
+                if tx.send(line(&ev)).await.is_err() {
+                    return; // client went away
+                }
+            }
+            pos = next;
+            if budget == 0 {
+                break;
+            }
+            if got_any {
+                continue;
+            }
+            if !q.follow || final_seen {
+                break;
+            }
+            // The final record is written after output is drained: once seen, one more read
+            // gets everything.
+            final_seen = registry.get(&id).map(|r| r.is_final()).unwrap_or(true);
+            if !final_seen {
+                tokio::time::sleep(FOLLOW_POLL).await;
+            }
+        }
+        let record = registry.get(&id).ok().filter(|r| r.is_final()).map(Box::new);
+        let _ = tx.send(line(&LogEvent::End { cursor: encode_cursor(pos), record })).await;
+    });
+    Ok(ndjson(rx))
+}
+
+async fn watch(State(st): State<AppState>) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let registry = st.registry.clone();
+    tokio::spawn(async move {
+        let mut sub = registry.subscribe();
+        'outer: loop {
+            for rec in registry.list() {
+                if tx.send(line(&WatchEvent::Upsert { record: Box::new(rec) })).await.is_err() {
+                    return;
+                }
+            }
+            if tx.send(line(&WatchEvent::Synced)).await.is_err() {
+                return;
+            }
+            loop {
+                match sub.recv().await {
+                    Ok(ev) => {
+                        if tx.send(line(&ev)).await.is_err() {
+                            return;
+                        }
+                    }
+                    // Fell behind: resend the full state rather than skip changes.
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue 'outer,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    });
+    ndjson(rx)
+}

@@ -1,0 +1,125 @@
+//! Starting a supervisor so that it outlives the agent: its own session, the host's mount
+//! namespace (so the node's runtime binary and state are what it sees), and a cgroup outside the
+//! agent pod's (runc kills everything in a container's cgroup when the agent container stops).
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::exec_id::ExecId;
+use crate::layout::Layout;
+
+#[derive(Clone, Debug)]
+pub struct SpawnConfig {
+    /// Supervisor binary, as a path in the namespace the supervisor runs in.
+    pub supervisor_bin: PathBuf,
+    /// Mount namespace to run supervisors in (`/proc/1/ns/mnt` in a hostPID pod); None = ours.
+    pub host_mount_ns: Option<PathBuf>,
+    /// Cgroup (relative to each hierarchy's root) that supervisors are moved into; None = stay.
+    pub cgroup: Option<String>,
+    /// Root of the cgroup filesystem.
+    pub cgroup_root: PathBuf,
+}
+
+impl SpawnConfig {
+    /// Creates the supervisor cgroup in every mounted hierarchy; returns their `cgroup.procs`.
+    fn cgroup_procs(&self) -> std::io::Result<Vec<PathBuf>> {
+        let Some(name) = &self.cgroup else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        let unified = self.cgroup_root.join("cgroup.procs").exists();
+        let roots: Vec<PathBuf> = if unified {
+            vec![self.cgroup_root.clone()]
+        } else {
+            std::fs::read_dir(&self.cgroup_root)?
+                .flatten()
+                .map(|e| e.path())
+                // v1: one hierarchy per controller dir; skip symlinked aliases (cpu,cpuacct).
+                .filter(|p| p.join("cgroup.procs").exists() && !p.is_symlink())
+                .collect()
+        };
+        for root in roots {
+            let dir = root.join(name);
+            std::fs::create_dir_all(&dir)?;
+            // cpuset needs cpus/mems populated before tasks can join (v1).
+            for knob in ["cpuset.cpus", "cpuset.mems"] {
+                let (parent, child) = (root.join(knob), dir.join(knob));
+                if child.exists() && std::fs::read_to_string(&child).map(|s| s.trim().is_empty()).unwrap_or(false) {
+                    if let Ok(v) = std::fs::read_to_string(parent) {
+                        let _ = std::fs::write(&child, v.trim());
+                    }
+                }
+            }
+            out.push(dir.join("cgroup.procs"));
+        }
+        Ok(out)
+    }
+}
+
+pub fn spawn_supervisor(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std::io::Result<u32> {
+    let procs: Vec<OwnedFd> = cfg
+        .cgroup_procs()?
+        .iter()
+        .map(|p| OpenOptions::new().write(true).open(p).map(OwnedFd::from))
+        .collect::<std::io::Result<_>>()?;
+    let mntns: Option<OwnedFd> = match &cfg.host_mount_ns {
+        Some(p) => Some(File::open(p)?.into()),
+        None => None,
+    };
+    let log = OpenOptions::new().create(true).append(true).open(layout.proc_dir(id).join("supervisor.log"))?;
+    let mut cmd = Command::new(&cfg.supervisor_bin);
+    cmd.arg(layout.root()).arg(id.as_str()).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
+    let mnt_fd = mntns.as_ref().map(|f| f.as_raw_fd());
+    // SAFETY: runs in the forked child before exec; it only makes async-signal-safe syscalls
+    // (setsid, setns, write) on file descriptors opened by the parent and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for fd in &proc_fds {
+                if libc::write(*fd, b"0".as_ptr().cast(), 1) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(fd) = mnt_fd {
+                if libc::setns(fd, libc::CLONE_NEWNS) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    drop((procs, mntns));
+    // Not waited on here: supervisors usually outlive this agent; `reap_exited` collects them.
+    Ok(child.id())
+}
+
+/// Collects exited supervisors that are our children (the agent never has other children).
+pub fn reap_exited() {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if st == WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
+
+/// Installs the supervisor binary under the state dir (content-addressed), so supervisors keep a
+/// stable executable in the host's view even after the agent's image is gone.
+pub fn install_supervisor(from: &Path, layout: &Layout) -> std::io::Result<PathBuf> {
+    use sha2::Digest;
+    let bytes = std::fs::read(from)?;
+    let digest = sha2::Sha256::digest(&bytes);
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let dest = layout.bin_dir().join(format!("sandbox-supervisor-{hex}"));
+    if !dest.exists() {
+        let tmp = layout.bin_dir().join(format!(".sandbox-supervisor-{hex}.tmp"));
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        std::fs::rename(&tmp, &dest)?;
+    }
+    Ok(dest)
+}

@@ -1,0 +1,681 @@
+//! The per-process supervisor (`sandbox-supervisor <state-dir> <exec-id>`).
+//!
+//! It is started by the agent in its own session, outside the agent pod's cgroup, and so survives
+//! agent restarts and rolling updates. It becomes a child subreaper, asks the OCI runtime to exec
+//! the process inside the container (`runc exec -d`, which leaves the process to us), drains its
+//! stdout/stderr into the ledger, enforces the timeout, serves stop/signal requests on a unix
+//! socket, runs readiness, and writes every state change to the record file atomically. The final
+//! record is written only after the output is drained, and never with an invented exit code.
+//!
+//! Single-threaded poll loop (plus one probe thread for network readiness): footprint matters,
+//! one of these runs per process.
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{pipe2, Pid};
+use sandbox_api::wire::{
+    ApiError, EndReason, ErrorCode, ExitStatus, OutputSummary, Phase, ProbeKind, ProcessRecord,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::{now_nanos, rfc3339};
+use crate::exec_id::ExecId;
+use crate::layout::Layout;
+use crate::ledger::{LedgerWriter, Stream};
+use crate::procfs;
+use crate::readiness::{self, LogMatcher};
+use crate::record;
+use crate::runtime::LaunchSpec;
+
+const TAIL_BYTES: usize = 2048;
+/// After the process exits, keep draining output held open by leftover group members this long.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// Non-durable record refresh while output flows.
+const COUNTER_FLUSH: Duration = Duration::from_secs(1);
+const READ_BUF: usize = 128 * 1024;
+
+/// Identity of a running supervisor (pid reuse safe).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SupervisorIdentity {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+impl SupervisorIdentity {
+    pub fn alive(&self) -> bool {
+        procfs::alive(self.pid, Some(self.start_time))
+    }
+}
+
+/// A request on the control socket (one JSON line; one JSON line back).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Control {
+    /// Stop sequence: `signal` to the group, SIGKILL after `grace_seconds`.
+    Stop { signal: i32, grace_seconds: u64 },
+    /// Deliver `signal` to the process group once.
+    Signal { signal: i32 },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ControlReply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+pub fn valid_signal(sig: i32) -> bool {
+    (1..=64).contains(&sig)
+}
+
+/// Entry point of the `sandbox-supervisor` binary.
+pub fn main() -> ! {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 3 {
+        eprintln!("usage: sandbox-supervisor <state-dir> <exec-id>");
+        std::process::exit(2);
+    }
+    let layout = Layout::new(&args[1]);
+    let id = match ExecId::parse(&args[2]) {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    match Supervisor::start(layout, id).and_then(|s| s.run()) {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("supervisor: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+struct Supervisor {
+    layout: Layout,
+    id: ExecId,
+    spec: LaunchSpec,
+    rec: ProcessRecord,
+    ledger: LedgerWriter,
+    tail: VecDeque<u8>,
+    sigfd: SignalFd,
+    control: UnixListener,
+    out: [Option<OwnedFd>; 2],
+    host_pid: Option<i32>,
+    exit: Option<WaitStatus>,
+    exited_at: Option<Instant>,
+    timeout_at: Option<Instant>,
+    kill_at: Option<Instant>,
+    timed_out: bool,
+    stop_requested: bool,
+    matcher: Option<LogMatcher>,
+    readiness_deadline: Option<Instant>,
+    probe_pipe: Option<OwnedFd>,
+    probe_cancel: Arc<AtomicBool>,
+    dirty_since: Option<Instant>,
+    oom_before: Option<u64>,
+}
+
+impl Supervisor {
+    fn start(layout: Layout, id: ExecId) -> Result<Self> {
+        let spec: LaunchSpec = record::read_json(&layout.launch(&id))?;
+        nix::sys::prctl::set_child_subreaper(true)?;
+        let me = std::process::id() as i32;
+        let ident = SupervisorIdentity { pid: me, start_time: procfs::start_time(me).unwrap_or(0) };
+        record::write_json(&layout.supervisor(&id), &ident, true)?;
+
+        // Signals become poll events; the runtime child gets a clean mask from std::process.
+        let mut mask = SigSet::empty();
+        for s in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            mask.add(s);
+        }
+        mask.thread_block()?;
+        // SAFETY: ignoring SIGPIPE installs no handler code; writes to a gone reader get EPIPE.
+        unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigIgn)? };
+        let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+
+        let sock = layout.control(&id);
+        let _ = std::fs::remove_file(&sock);
+        let control = UnixListener::bind(&sock)?;
+        control.set_nonblocking(true)?;
+
+        let ledger = LedgerWriter::open(&layout.ledger(&id), spec.retention_bytes)?;
+        let req = &spec.request;
+        let matcher = match req.readiness.as_ref().map(|r| &r.probe) {
+            Some(ProbeKind::LogMatch { pattern, stream }) => Some(LogMatcher::new(pattern, *stream)?),
+            _ => None,
+        };
+        let rec = ProcessRecord {
+            exec_id: req.exec_id.clone(),
+            pod_uid: req.pod_uid.clone(),
+            container: req.container.clone(),
+            container_id: spec.container_id.clone(),
+            phase: Phase::Starting,
+            pid: None,
+            host_pid: None,
+            started_at: None,
+            finished_at: None,
+            ready: false,
+            ready_at: None,
+            readiness_timed_out: false,
+            stop_requested: false,
+            exit: None,
+            end_reason: None,
+            error: None,
+            output: OutputSummary::default(),
+            revision: 0,
+        };
+        let oom_before = procfs::oom_kills(spec.container_pid);
+        let mut s = Supervisor {
+            layout,
+            id,
+            spec,
+            rec,
+            ledger,
+            tail: VecDeque::with_capacity(TAIL_BYTES),
+            sigfd,
+            control,
+            out: [None, None],
+            host_pid: None,
+            exit: None,
+            exited_at: None,
+            timeout_at: None,
+            kill_at: None,
+            timed_out: false,
+            stop_requested: false,
+            matcher,
+            readiness_deadline: None,
+            probe_pipe: None,
+            probe_cancel: Arc::new(AtomicBool::new(false)),
+            dirty_since: None,
+            oom_before,
+        };
+        s.save(true)?;
+        Ok(s)
+    }
+
+    fn save(&mut self, durable: bool) -> std::io::Result<()> {
+        self.rec.revision += 1;
+        self.rec.output.tail = {
+            let (a, b) = self.tail.as_slices();
+            let mut v = a.to_vec();
+            v.extend_from_slice(b);
+            // Cut at a UTF-8 boundary where possible so the tail does not start mid-character.
+            let start = v.iter().position(|&c| (c as i8) >= -64).unwrap_or(0).min(3);
+            String::from_utf8_lossy(&v[start..]).into_owned()
+        };
+        self.rec.output.dropped_bytes = self.ledger.first();
+        self.dirty_since = None;
+        record::write_json(&self.layout.record(&self.id), &self.rec, durable)
+    }
+
+    fn fail(&mut self, code: ErrorCode, message: String) -> Result<()> {
+        self.rec.phase = Phase::Error;
+        self.rec.error = Some(ApiError { code, message });
+        self.rec.finished_at = Some(rfc3339(now_nanos()));
+        self.save(true)?;
+        Ok(())
+    }
+
+    fn launch(&mut self) -> Result<bool> {
+        let (out_r, out_w) = pipe2(OFlag::O_CLOEXEC)?;
+        let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC)?;
+        for fd in [&out_r, &err_r] {
+            // Bigger pipes: fewer wakeups for fast writers, more slack while we write the ledger.
+            let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(1 << 20));
+            fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+        }
+        let pid_file = self.layout.pid_file(&self.id);
+        let _ = std::fs::remove_file(&pid_file);
+        let log = self.layout.runtime_log(&self.id);
+        let spawned = Command::new(&self.spec.runtime_binary)
+            .arg("--root")
+            .arg(&self.spec.runtime_root)
+            .arg("--log")
+            .arg(&log)
+            .arg("--log-format")
+            .arg("json")
+            .arg("exec")
+            .arg("-d")
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg("--process")
+            .arg(self.layout.process_spec(&self.id))
+            .arg(&self.spec.container_id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out_w))
+            .stderr(Stdio::from(err_w))
+            .spawn();
+        self.out = [Some(out_r), Some(err_r)];
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                self.fail(
+                    ErrorCode::ProcessSpawnFailed,
+                    format!("running runtime {}: {e}", self.spec.runtime_binary),
+                )?;
+                return Ok(false);
+            }
+        };
+        // runc returns once the process runs (or failed to); the process is then reparented to
+        // us as the subreaper. Output produced meanwhile waits in the (1 MiB) pipes.
+        let status = loop {
+            match waitpid(Pid::from_raw(child.id() as i32), None) {
+                Ok(s) => break s,
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let _ = child.try_wait();
+        let ok = matches!(status, WaitStatus::Exited(_, 0));
+        let host_pid = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok());
+        if !ok || host_pid.is_none() {
+            self.drain_available();
+            let msg = runtime_error(&log).unwrap_or_else(|| format!("runtime exited with {status:?}"));
+            let code = classify_runtime_error(&msg);
+            self.fail(code, msg)?;
+            return Ok(false);
+        }
+        let host_pid = host_pid.unwrap();
+        let now = Instant::now();
+        self.host_pid = Some(host_pid);
+        self.rec.host_pid = Some(host_pid);
+        self.rec.pid = procfs::ns_pid(host_pid);
+        self.rec.phase = Phase::Running;
+        self.rec.started_at = Some(rfc3339(now_nanos()));
+        let req = self.spec.request.clone();
+        self.timeout_at = req.timeout_seconds.map(|t| now + Duration::from_secs(t));
+        if let Some(r) = &req.readiness {
+            self.readiness_deadline = r.timeout_seconds.map(|t| now + Duration::from_secs(t));
+            if !matches!(r.probe, ProbeKind::LogMatch { .. }) {
+                let (pr, pw) = pipe2(OFlag::O_CLOEXEC)?;
+                let netns = format!("/proc/{}/ns/net", self.spec.container_pid);
+                readiness::spawn_net_prober(
+                    netns.into(),
+                    r.probe.clone(),
+                    Duration::from_millis(r.period_millis.max(10)),
+                    self.readiness_deadline,
+                    self.probe_cancel.clone(),
+                    pw,
+                )?;
+                self.probe_pipe = Some(pr);
+            }
+        } else {
+            // No readiness configured: started means ready.
+            self.rec.ready = true;
+            self.rec.ready_at = self.rec.started_at.clone();
+        }
+        self.save(true)?;
+        Ok(true)
+    }
+
+    fn pgid(&self) -> Option<i32> {
+        // runc exec calls setsid: the process leads its own group. Never signal group 0 or 1.
+        self.host_pid.filter(|&p| p > 1)
+    }
+
+    fn kill_group(&self, sig: i32) -> std::io::Result<()> {
+        let Some(pg) = self.pgid() else { return Ok(()) };
+        // SAFETY: kill(2) with a negative pid signals a process group; pg > 1 is checked above.
+        if unsafe { libc::kill(-pg, sig) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+
+    fn begin_stop(&mut self, signal: i32, grace: u64) -> std::io::Result<()> {
+        if self.exit.is_some() || self.kill_at.is_some() {
+            return Ok(()); // idempotent: already ended or already stopping
+        }
+        self.kill_group(signal)?;
+        self.kill_at = Some(Instant::now() + Duration::from_secs(grace));
+        if grace == 0 {
+            self.kill_group(libc::SIGKILL)?;
+        }
+        Ok(())
+    }
+
+    fn on_output(&mut self, idx: usize, data: &[u8]) -> std::io::Result<()> {
+        let stream = if idx == 0 { Stream::Stdout } else { Stream::Stderr };
+        self.ledger.append(stream, now_nanos(), data)?;
+        match stream {
+            Stream::Stdout => self.rec.output.stdout_bytes += data.len() as u64,
+            Stream::Stderr => self.rec.output.stderr_bytes += data.len() as u64,
+        }
+        let keep = &data[data.len().saturating_sub(TAIL_BYTES)..];
+        let overflow = (self.tail.len() + keep.len()).saturating_sub(TAIL_BYTES);
+        self.tail.drain(..overflow);
+        self.tail.extend(keep);
+        if self.dirty_since.is_none() {
+            self.dirty_since = Some(Instant::now());
+        }
+        if !self.rec.ready && !self.rec.readiness_timed_out {
+            if let Some(m) = self.matcher.as_mut() {
+                if m.feed(stream, data) {
+                    self.mark_ready()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn mark_ready(&mut self) -> std::io::Result<()> {
+        self.rec.ready = true;
+        self.rec.ready_at = Some(rfc3339(now_nanos()));
+        self.save(true)
+    }
+
+    /// Reads what is available on both pipes without blocking (used on spawn failure).
+    fn drain_available(&mut self) {
+        let mut buf = vec![0u8; READ_BUF];
+        for idx in 0..2 {
+            while let Some(fd) = self.out[idx].as_ref() {
+                match nix::unistd::read(fd, &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let _ = self.on_output(idx, &buf[..n]);
+                    }
+                }
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(st) => {
+                    if st.pid().map(|p| p.as_raw()) == self.host_pid && self.exit.is_none() {
+                        self.exit = Some(st);
+                        self.exited_at = Some(Instant::now());
+                        if self.kill_at.is_some() || self.timed_out {
+                            // Leader gone during a stop: finish the rest of the group now.
+                            let _ = self.kill_group(libc::SIGKILL);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle_control(&mut self, mut conn: UnixStream) {
+        let _ = conn.set_nonblocking(false);
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut line = String::new();
+        let reply = match BufReader::new(&conn).read_line(&mut line) {
+            Ok(_) => match serde_json::from_str::<Control>(&line) {
+                Ok(c) => self.apply(c),
+                Err(e) => Err(format!("bad control request: {e}")),
+            },
+            Err(e) => Err(format!("reading control request: {e}")),
+        };
+        let reply = match reply {
+            Ok(()) => ControlReply { ok: true, error: None },
+            Err(e) => ControlReply { ok: false, error: Some(e) },
+        };
+        let mut body = serde_json::to_vec(&reply).unwrap_or_default();
+        body.push(b'\n');
+        let _ = conn.write_all(&body);
+    }
+
+    fn apply(&mut self, c: Control) -> std::result::Result<(), String> {
+        match c {
+            Control::Stop { signal, grace_seconds } => {
+                if !valid_signal(signal) {
+                    return Err(format!("signal {signal}: must be 1-64"));
+                }
+                if self.exit.is_none() && !self.stop_requested {
+                    self.stop_requested = true;
+                    self.rec.stop_requested = true;
+                    self.save(true).map_err(|e| e.to_string())?;
+                }
+                self.begin_stop(signal, grace_seconds).map_err(|e| e.to_string())
+            }
+            Control::Signal { signal } => {
+                if !valid_signal(signal) {
+                    return Err(format!("signal {signal}: must be 1-64"));
+                }
+                if self.exit.is_some() {
+                    return Ok(());
+                }
+                self.kill_group(signal).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let flush = self.dirty_since.map(|t| t + COUNTER_FLUSH);
+        let drain = self.exited_at.map(|t| t + DRAIN_GRACE);
+        let readiness = if self.matcher.is_some() && !self.rec.ready && !self.rec.readiness_timed_out {
+            self.readiness_deadline
+        } else {
+            None
+        };
+        let stop = if self.exit.is_none() { self.kill_at.or(if self.timed_out { None } else { self.timeout_at }) } else { None };
+        [flush, drain, readiness, stop].into_iter().flatten().min()
+    }
+
+    fn run(mut self) -> Result<()> {
+        if !self.launch()? {
+            return Ok(());
+        }
+        let mut buf = vec![0u8; READ_BUF];
+        loop {
+            let done_draining = self.out.iter().all(Option::is_none)
+                || self.exited_at.is_some_and(|t| t.elapsed() >= DRAIN_GRACE);
+            if self.exit.is_some() && done_draining {
+                break;
+            }
+            let now = Instant::now();
+            let timeout = match self.next_deadline() {
+                Some(d) if d <= now => PollTimeout::ZERO,
+                Some(d) => PollTimeout::try_from((d - now).as_millis().min(60_000) as u32 + 1).unwrap_or(PollTimeout::MAX),
+                None => PollTimeout::NONE,
+            };
+            let (ready_out, ready_sig, ready_ctl, ready_probe) = {
+                let mut fds = Vec::with_capacity(5);
+                let mut slots = [usize::MAX; 5];
+                for (i, fd) in self.out.iter().enumerate() {
+                    if let Some(fd) = fd {
+                        slots[i] = fds.len();
+                        fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                    }
+                }
+                slots[2] = fds.len();
+                fds.push(PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN));
+                slots[3] = fds.len();
+                fds.push(PollFd::new(self.control.as_fd(), PollFlags::POLLIN));
+                if let Some(p) = &self.probe_pipe {
+                    slots[4] = fds.len();
+                    fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+                }
+                match poll(&mut fds, timeout) {
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let hit = |slot: usize| {
+                    slot != usize::MAX && fds[slot].revents().is_some_and(|r| !r.is_empty())
+                };
+                ([hit(slots[0]), hit(slots[1])], hit(slots[2]), hit(slots[3]), hit(slots[4]))
+            };
+            for idx in 0..2 {
+                if !ready_out[idx] {
+                    continue;
+                }
+                let Some(fd) = self.out[idx].as_ref() else { continue };
+                match nix::unistd::read(fd, &mut buf) {
+                    Ok(0) => self.out[idx] = None,
+                    Ok(n) => self.on_output(idx, &buf[..n])?,
+                    Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
+                    Err(_) => self.out[idx] = None,
+                }
+            }
+            if ready_sig {
+                let mut stop_sig = false;
+                while let Ok(Some(info)) = self.sigfd.read_signal() {
+                    if info.ssi_signo as i32 != libc::SIGCHLD {
+                        stop_sig = true;
+                    }
+                }
+                self.reap();
+                if stop_sig {
+                    // Someone asked the supervisor itself to stop: stop the process properly.
+                    let (sig, grace) = (self.spec.request.stop_signal, self.spec.request.grace_seconds);
+                    let _ = self.apply(Control::Stop { signal: sig, grace_seconds: grace });
+                }
+            }
+            if ready_ctl {
+                while let Ok((conn, _)) = self.control.accept() {
+                    self.handle_control(conn);
+                }
+            }
+            if ready_probe {
+                let mut b = [0u8; 1];
+                let got = self.probe_pipe.as_ref().map(|p| nix::unistd::read(p, &mut b));
+                self.probe_pipe = None;
+                if let Some(Ok(1)) = got {
+                    if b[0] == readiness::READY && self.exit.is_none() {
+                        self.mark_ready()?;
+                    } else if b[0] == readiness::TIMED_OUT {
+                        self.rec.readiness_timed_out = true;
+                        self.save(true)?;
+                    }
+                }
+            }
+            let now = Instant::now();
+            if self.exit.is_none() {
+                if !self.timed_out && self.kill_at.is_none() && self.timeout_at.is_some_and(|t| now >= t) {
+                    self.timed_out = true;
+                    let (sig, grace) = (self.spec.request.stop_signal, self.spec.request.grace_seconds);
+                    self.begin_stop(sig, grace)?;
+                } else if self.kill_at.is_some_and(|t| now >= t) {
+                    self.kill_group(libc::SIGKILL)?;
+                    self.kill_at = Some(now + Duration::from_secs(3600));
+                }
+            }
+            if self.matcher.is_some()
+                && !self.rec.ready
+                && !self.rec.readiness_timed_out
+                && self.readiness_deadline.is_some_and(|t| now >= t)
+            {
+                self.rec.readiness_timed_out = true;
+                self.save(true)?;
+            }
+            if self.dirty_since.is_some_and(|t| now >= t + COUNTER_FLUSH) {
+                self.save(false)?;
+            }
+        }
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.probe_cancel.store(true, Ordering::Relaxed);
+        let status = self.exit.expect("finish after exit");
+        let (code, signal) = match status {
+            WaitStatus::Exited(_, c) => (c, None),
+            WaitStatus::Signaled(_, s, _) => (128 + s as i32, Some(s as i32)),
+            other => (255, {
+                eprintln!("unexpected wait status {other:?}");
+                None
+            }),
+        };
+        let container_gone = !procfs::alive(self.spec.container_pid, self.spec.container_start);
+        let oom = match (self.oom_before, procfs::oom_kills(self.spec.container_pid)) {
+            (Some(a), Some(b)) => b > a,
+            _ => false,
+        };
+        let reason = if self.timed_out {
+            EndReason::TimedOut
+        } else if self.stop_requested {
+            EndReason::Stopped
+        } else if signal == Some(libc::SIGKILL) && oom {
+            EndReason::OOMKilled
+        } else if signal.is_some() && container_gone {
+            EndReason::ContainerExited
+        } else if signal.is_some() {
+            EndReason::Signaled
+        } else {
+            EndReason::Exited
+        };
+        self.ledger.sync()?;
+        self.rec.phase = Phase::Exited;
+        self.rec.exit = Some(ExitStatus { code, signal, timed_out: self.timed_out });
+        self.rec.end_reason = Some(reason);
+        self.rec.finished_at = Some(rfc3339(now_nanos()));
+        self.save(true)?;
+        let _ = std::fs::remove_file(self.layout.control(&self.id));
+        Ok(())
+    }
+}
+
+/// The runtime's error message from its JSON log (last error/fatal entries).
+fn runtime_error(log: &std::path::Path) -> Option<String> {
+    let mut f = std::fs::File::open(log).ok()?;
+    let mut text = String::new();
+    f.read_to_string(&mut text).ok()?;
+    let msgs: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| matches!(v["level"].as_str(), Some("error" | "fatal")))
+        .filter_map(|v| v["msg"].as_str().map(str::to_string))
+        .collect();
+    msgs.last().cloned()
+}
+
+/// Maps a runtime error message to the status error code users see.
+pub fn classify_runtime_error(msg: &str) -> ErrorCode {
+    let m = msg.to_ascii_lowercase();
+    if m.contains("chdir") || m.contains("cwd") {
+        ErrorCode::InvalidProcessCwd
+    } else if m.contains("not running") || m.contains("stopped container") || m.contains("does not exist") || m.contains("paused") {
+        ErrorCode::ContainerUnavailable
+    } else {
+        ErrorCode::ProcessSpawnFailed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_runc_messages() {
+        assert_eq!(
+            classify_runtime_error("exec failed: unable to start container process: chdir to cwd (\"/nope\") set in config.json failed: no such file or directory"),
+            ErrorCode::InvalidProcessCwd
+        );
+        assert_eq!(
+            classify_runtime_error("exec failed: unable to start container process: exec: \"nope\": executable file not found in $PATH"),
+            ErrorCode::ProcessSpawnFailed
+        );
+        assert_eq!(classify_runtime_error("cannot exec in a stopped container"), ErrorCode::ContainerUnavailable);
+        assert_eq!(classify_runtime_error("container does not exist"), ErrorCode::ContainerUnavailable);
+    }
+
+    #[test]
+    fn control_wire_format() {
+        let c: Control = serde_json::from_str(r#"{"op":"stop","signal":15,"graceSeconds":2}"#).unwrap();
+        assert!(matches!(c, Control::Stop { signal: 15, grace_seconds: 2 }));
+    }
+}

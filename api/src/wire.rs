@@ -1,0 +1,358 @@
+//! The node agent's wire protocol (JSON over HTTP), shared by the agent and the operator.
+//!
+//! Endpoints (all under `/v1`, bearer-token authenticated):
+//! - `POST   /processes`              [`StartRequest`] → [`ProcessRecord`] (idempotent on `execId`)
+//! - `GET    /processes`              → [`ProcessList`]
+//! - `GET    /processes/{id}`         → [`ProcessRecord`]
+//! - `POST   /processes/{id}/signal`  [`SignalRequest`] → [`ProcessRecord`]
+//! - `GET    /processes/{id}/logs`    [`LogQuery`] → NDJSON stream of [`LogEvent`]
+//! - `DELETE /processes/{id}`         → forget: stop if running, delete record and logs
+//! - `GET    /watch`                  → NDJSON stream of [`WatchEvent`]
+//!
+//! Errors come back as a non-2xx status with an [`ApiError`] body.
+use serde::{Deserialize, Serialize};
+
+/// Stable error codes; the operator copies them into `status.error.code`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    ContainerNotFound,
+    ContainerUnavailable,
+    InvalidProcessCwd,
+    InvalidProcessEnvironment,
+    ProcessSpawnFailed,
+    StaleProcessHandle,
+    ProcessNotFound,
+    ProcessLost,
+    OperationInterrupted,
+    AgentUnavailable,
+    /// The request itself is malformed (names the field); not a process state.
+    InvalidRequest,
+    Unauthorized,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::ContainerNotFound => "ContainerNotFound",
+            ErrorCode::ContainerUnavailable => "ContainerUnavailable",
+            ErrorCode::InvalidProcessCwd => "InvalidProcessCwd",
+            ErrorCode::InvalidProcessEnvironment => "InvalidProcessEnvironment",
+            ErrorCode::ProcessSpawnFailed => "ProcessSpawnFailed",
+            ErrorCode::StaleProcessHandle => "StaleProcessHandle",
+            ErrorCode::ProcessNotFound => "ProcessNotFound",
+            ErrorCode::ProcessLost => "ProcessLost",
+            ErrorCode::OperationInterrupted => "OperationInterrupted",
+            ErrorCode::AgentUnavailable => "AgentUnavailable",
+            ErrorCode::InvalidRequest => "InvalidRequest",
+            ErrorCode::Unauthorized => "Unauthorized",
+            ErrorCode::Internal => "Internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogStream {
+    Stdout,
+    Stderr,
+    #[default]
+    Both,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusRange {
+    pub min: u16,
+    pub max: u16,
+}
+
+impl Default for StatusRange {
+    fn default() -> Self {
+        StatusRange { min: 200, max: 399 }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ProbeKind {
+    TcpSocket {
+        port: u16,
+    },
+    HttpGet {
+        port: u16,
+        #[serde(default = "default_path")]
+        path: String,
+        #[serde(default)]
+        status: StatusRange,
+    },
+    LogMatch {
+        pattern: String,
+        #[serde(default)]
+        stream: LogStream,
+    },
+}
+
+fn default_path() -> String {
+    "/".to_string()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Readiness {
+    pub probe: ProbeKind,
+    #[serde(default = "default_period")]
+    pub period_millis: u64,
+    /// Not ready by then → `readinessTimedOut`; the process keeps running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+}
+
+fn default_period() -> u64 {
+    500
+}
+
+fn default_stop_signal() -> i32 {
+    15
+}
+
+fn default_grace() -> u64 {
+    5
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartRequest {
+    /// Idempotency key: the SandboxProcess UID.
+    pub exec_id: String,
+    pub pod_uid: String,
+    pub container: String,
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+    #[serde(default = "default_stop_signal")]
+    pub stop_signal: i32,
+    #[serde(default = "default_grace")]
+    pub grace_seconds: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Readiness>,
+}
+
+/// `stop: true` sends the stop sequence (signal to the group, SIGKILL after grace);
+/// otherwise `signal` is delivered once to the process group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalRequest {
+    #[serde(default)]
+    pub stop: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_seconds: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    /// Supervisor started, process not yet launched.
+    Starting,
+    Running,
+    Exited,
+    Error,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndReason {
+    Exited,
+    Signaled,
+    TimedOut,
+    Stopped,
+    OOMKilled,
+    ContainerExited,
+    Lost,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExitStatus {
+    /// Exit code, or 128+signal for a signal death.
+    pub code: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputSummary {
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    /// Last ≤ 2 KiB of combined output, UTF-8 lossy.
+    #[serde(default)]
+    pub tail: String,
+    /// Bytes dropped by the retention cap.
+    #[serde(default)]
+    pub dropped_bytes: u64,
+}
+
+/// Everything known about one process; written by its supervisor, served by the agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessRecord {
+    pub exec_id: String,
+    pub pod_uid: String,
+    pub container: String,
+    #[serde(default)]
+    pub container_id: String,
+    pub phase: Phase,
+    /// PID as seen inside the container's PID namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_pid: Option<i32>,
+    /// RFC 3339 timestamps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<String>,
+    #[serde(default)]
+    pub readiness_timed_out: bool,
+    #[serde(default)]
+    pub stop_requested: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_reason: Option<EndReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ApiError>,
+    #[serde(default)]
+    pub output: OutputSummary,
+    /// Bumped on every write by the supervisor; lets readers drop stale updates.
+    #[serde(default)]
+    pub revision: u64,
+}
+
+impl ProcessRecord {
+    pub fn is_final(&self) -> bool {
+        matches!(self.phase, Phase::Exited | Phase::Error)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessList {
+    pub items: Vec<ProcessRecord>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogQuery {
+    /// Opaque cursor from a previous event: return what came after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    #[serde(default)]
+    pub follow: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<LogStream>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum LogEvent {
+    /// `data` is base64 (output is bytes, not necessarily UTF-8).
+    #[serde(rename_all = "camelCase")]
+    Data {
+        stream: LogStream,
+        data: String,
+        /// Unix time in nanoseconds when the supervisor read the bytes.
+        ts_nanos: u64,
+        cursor: String,
+    },
+    /// Output between `from` and `to` was dropped by the retention cap.
+    #[serde(rename_all = "camelCase")]
+    Truncated {
+        dropped_bytes: u64,
+        cursor: String,
+    },
+    /// No more output will come (process ended and output drained, or `maxBytes` hit).
+    #[serde(rename_all = "camelCase")]
+    End {
+        cursor: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        record: Option<Box<ProcessRecord>>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum WatchEvent {
+    /// Current state of a process (sent for each at the start, then on every change).
+    Upsert { record: Box<ProcessRecord> },
+    /// The record was forgotten.
+    Deleted { exec_id: String },
+    /// The initial list is complete.
+    Synced,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_request_defaults() {
+        let r: StartRequest = serde_json::from_str(
+            r#"{"execId":"a","podUid":"p","container":"c","command":["sleep","1"]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.stop_signal, 15);
+        assert_eq!(r.grace_seconds, 5);
+        assert!(r.env.is_empty());
+    }
+
+    #[test]
+    fn probe_defaults() {
+        let r: Readiness =
+            serde_json::from_str(r#"{"probe":{"httpGet":{"port":8080}}}"#).unwrap();
+        assert_eq!(r.period_millis, 500);
+        assert_eq!(
+            r.probe,
+            ProbeKind::HttpGet { port: 8080, path: "/".into(), status: StatusRange { min: 200, max: 399 } }
+        );
+    }
+
+    #[test]
+    fn log_event_shape() {
+        let e = LogEvent::Truncated { dropped_bytes: 5, cursor: "c1".into() };
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"type":"truncated","droppedBytes":5,"cursor":"c1"}"#
+        );
+    }
+}
