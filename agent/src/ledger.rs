@@ -113,7 +113,8 @@ impl LedgerWriter {
     }
 
     pub fn append(&mut self, stream: Stream, ts_nanos: u64, data: &[u8]) -> io::Result<()> {
-        for chunk in data.chunks(MAX_FRAME) {
+        // Frames no larger than a segment keep at least cap - segment of the newest output.
+        for chunk in data.chunks(MAX_FRAME.min(self.seg_limit as usize)) {
             if self.end - self.seg_start >= self.seg_limit {
                 self.rotate()?;
             }

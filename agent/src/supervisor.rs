@@ -600,7 +600,19 @@ impl Supervisor {
                 None
             }),
         };
-        let container_gone = !procfs::alive(self.spec.container_pid, self.spec.container_start);
+        // A container stop SIGKILLs every process in it; the init may die a moment after ours.
+        let container_gone = signal == Some(libc::SIGKILL) && !self.stop_requested && !self.timed_out && {
+            let until = Instant::now() + Duration::from_millis(500);
+            loop {
+                if !procfs::alive(self.spec.container_pid, self.spec.container_start) {
+                    break true;
+                }
+                if Instant::now() >= until {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
         let oom = match (self.oom_before, procfs::oom_kills(self.spec.container_pid)) {
             (Some(a), Some(b)) => b > a,
             _ => false,
@@ -611,7 +623,7 @@ impl Supervisor {
             EndReason::Stopped
         } else if signal == Some(libc::SIGKILL) && oom {
             EndReason::OOMKilled
-        } else if signal.is_some() && container_gone {
+        } else if container_gone {
             EndReason::ContainerExited
         } else if signal.is_some() {
             EndReason::Signaled
