@@ -265,8 +265,18 @@ impl Drop for Agent {
     }
 }
 
+/// A port nobody listens on, never handed out twice in this process (tests run in parallel and
+/// a released ephemeral port can come back from the next bind).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static USED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut used = USED.lock().unwrap();
+    loop {
+        let p = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !used.contains(&p) {
+            used.push(p);
+            return p;
+        }
+    }
 }
 
 pub fn req(c: &Container, cmd: &[&str]) -> StartRequest {

@@ -1,0 +1,78 @@
+//! Agent restarts: supervisors outlive the agent, exit codes stay exact, starts stay idempotent,
+//! and a supervisor that dies without a record is reported as ProcessLost.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use sandbox_api::wire::{EndReason, ErrorCode, Phase};
+
+const T: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn agent_sigkill_with_50_running_processes_keeps_exit_codes_exact() {
+    require_root();
+    let base = base_dir("restart");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let mut agent = Agent::launch(&base, &runc_root, &[]);
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        // Each prints while the agent is gone; the output must still be complete afterwards.
+        let q = req(&ctr, &["sh", "-c", &format!("for n in 1 2 3 4 5 6; do echo tick$n; sleep 0.5; done; exit {}", i % 50 + 1)]);
+        let r = agent.start(&q).await.unwrap();
+        assert_eq!(r.phase, Phase::Running, "{r:?}");
+        ids.push((r.exec_id.clone(), i % 50 + 1, q));
+    }
+    agent.kill9();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    agent.spawn();
+    // A repeated start after the restart returns the same process, not a second one.
+    let again = agent.start(&ids[0].2).await.unwrap();
+    assert_eq!(again.exec_id, ids[0].0);
+    for (id, code, _) in &ids {
+        let r = agent.wait_final(id, T).await;
+        let exit = r.exit.clone().unwrap_or_else(|| panic!("{id}: no exit: {r:?}"));
+        assert_eq!(exit.code, *code as i32, "{id}: {r:?}");
+        assert_eq!(r.end_reason, Some(EndReason::Exited));
+        let out = text(&agent.logs(id, "").await, None);
+        assert_eq!(out, "tick1\ntick2\ntick3\ntick4\ntick5\ntick6\n", "{id}");
+    }
+    assert_eq!(again.host_pid, agent.record(&ids[0].0).await.host_pid);
+}
+
+#[tokio::test]
+async fn supervisor_killed_is_process_lost() {
+    require_root();
+    let base = base_dir("lost");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let mut agent = Agent::launch(&base, &runc_root, &[]);
+
+    // While the agent runs: noticed through the supervisor's pidfd.
+    let r = agent.start(&req(&ctr, &["sleep", "100"])).await.unwrap();
+    let sup = supervisor_pid(&agent, &r.exec_id);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let lost = agent.wait_final(&r.exec_id, T).await;
+    assert_eq!(lost.phase, Phase::Error);
+    assert_eq!(lost.error.as_ref().unwrap().code, ErrorCode::ProcessLost);
+    assert_eq!(lost.end_reason, Some(EndReason::Lost));
+    assert!(lost.exit.is_none(), "no invented exit code: {lost:?}");
+
+    // While the agent is down: noticed on restart.
+    let r = agent.start(&req(&ctr, &["sleep", "100"])).await.unwrap();
+    let sup = supervisor_pid(&agent, &r.exec_id);
+    agent.kill9();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup), nix::sys::signal::Signal::SIGKILL).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    agent.spawn();
+    let lost = agent.wait_final(&r.exec_id, T).await;
+    assert_eq!(lost.error.as_ref().unwrap().code, ErrorCode::ProcessLost);
+    assert!(lost.exit.is_none());
+}
+
+fn supervisor_pid(agent: &Agent, id: &str) -> i32 {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(agent.state.join("procs").join(id).join("supervisor.json")).unwrap()).unwrap();
+    v["pid"].as_i64().unwrap() as i32
+}
