@@ -56,13 +56,15 @@ PORTS="2379 2380 6443 10248 10249 10250 10256 10257 10259"
 log() { printf '[e2e %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { printf 'e2e: %s\n' "$*" >&2; exit 1; }
 
-# starttime PID: the process start time (field 22 of /proc/PID/stat); tells a pid apart from a reuse.
+# starttime PID: the start time (field 22 of /proc/PID/stat) of a live, non-zombie process; it
+# tells a pid apart from a reused one.
 starttime() {
   local s
   s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
   s=${s##*) }
   # shellcheck disable=SC2086
   set -- $s
+  case $1 in Z | X | x) return 1 ;; esac
   echo "${20}"
 }
 

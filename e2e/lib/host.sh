@@ -234,6 +234,17 @@ kill_containers() {
   for id in $(our_shims); do kill -KILL "$id" 2>/dev/null || true; done
 }
 
+# libcni's result cache (/var/lib/cni/results, not configurable through containerd): the entries
+# whose network namespace lives in our state dir.
+cleanup_cni_cache() {
+  local f
+  [ -d /var/lib/cni/results ] || return 0
+  for f in /var/lib/cni/results/*; do
+    [ -f "$f" ] && grep -q "\"netns\":\"$RUN/" "$f" && rm -f "$f"
+  done
+  rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
+}
+
 # Mount points below our state dirs, deepest first.
 our_mounts() {
   awk '{print $5}' /proc/self/mountinfo | while read -r m; do printf '%b\n' "$m"; done |
