@@ -1,13 +1,21 @@
 # Certificates and kubeconfigs of one cluster, made with openssl (sourced by e2e/cluster).
 # shellcheck shell=bash
 
-# cert NAME SUBJECT EXTENSIONS: key + certificate signed by the cluster CA, in $PKI.
+# ca NAME CN: a self-signed CA (EC P-256) in $PKI/NAME.{crt,key}.
+ca() {
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$PKI/$1.key" 2>/dev/null
+  openssl req -x509 -new -key "$PKI/$1.key" -subj "/CN=$2" -days 3650 -sha256 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -out "$PKI/$1.crt" 2>/dev/null
+}
+
+# cert NAME SUBJECT EXTENSIONS [CA]: key + certificate signed by CA (default: the cluster CA).
 cert() {
-  local name=$1 subj=$2 ext=$3
+  local name=$1 subj=$2 ext=$3 ca=${4:-ca}
   openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$PKI/$name.key" 2>/dev/null
   openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
   printf '%s\n' "$ext" >"$PKI/$name.ext"
-  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
     -days 3650 -sha256 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
   rm -f "$PKI/$name.csr" "$PKI/$name.ext"
 }
@@ -43,10 +51,10 @@ make_pki() {
   local client="basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
-  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$PKI/ca.key" 2>/dev/null
-  openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=spo-e2e-ca" -days 3650 -sha256 \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
-    -out "$PKI/ca.crt" 2>/dev/null
+  ca ca spo-e2e-ca
+  # Request-header authentication of aggregated APIs (and of kube-controller-manager/scheduler).
+  ca front-proxy-ca spo-e2e-front-proxy-ca
+  cert front-proxy-client "/CN=front-proxy-client" "$client" front-proxy-ca
 
   cert apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
