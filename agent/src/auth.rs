@@ -35,12 +35,19 @@ pub struct TokenReviewer {
 impl TokenReviewer {
     /// Uses the in-cluster API endpoint and this pod's ServiceAccount credentials.
     pub fn in_cluster(audience: String, allowed_user: String) -> Result<Self, AgentError> {
-        let host = std::env::var("KUBERNETES_SERVICE_HOST")
-            .map_err(|_| AgentError::Internal("KUBERNETES_SERVICE_HOST not set: not running in a pod".into()))?;
+        let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
+            AgentError::Internal("KUBERNETES_SERVICE_HOST not set: not running in a pod".into())
+        })?;
         let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
-        let host = if host.contains(':') { format!("[{host}]") } else { host };
-        let ca = std::fs::read(format!("{SA_DIR}/ca.crt")).map_err(AgentError::io("reading service account CA"))?;
-        let ca = reqwest::Certificate::from_pem(&ca).map_err(|e| AgentError::Internal(format!("service account CA: {e}")))?;
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        let ca = std::fs::read(format!("{SA_DIR}/ca.crt"))
+            .map_err(AgentError::io("reading service account CA"))?;
+        let ca = reqwest::Certificate::from_pem(&ca)
+            .map_err(|e| AgentError::Internal(format!("service account CA: {e}")))?;
         let client = reqwest::Client::builder()
             .tls_built_in_root_certs(false)
             .add_root_certificate(ca)
@@ -64,7 +71,8 @@ impl TokenReviewer {
             }
         }
         // The agent's own token (rotated by kubelet) authorizes the TokenReview call.
-        let own = std::fs::read_to_string(format!("{SA_DIR}/token")).map_err(AgentError::io("reading own token"))?;
+        let own = std::fs::read_to_string(format!("{SA_DIR}/token"))
+            .map_err(AgentError::io("reading own token"))?;
         let body = json!({
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
@@ -72,17 +80,25 @@ impl TokenReviewer {
         });
         let resp = self
             .client
-            .post(format!("{}/apis/authentication.k8s.io/v1/tokenreviews", self.api))
+            .post(format!(
+                "{}/apis/authentication.k8s.io/v1/tokenreviews",
+                self.api
+            ))
             .bearer_auth(own.trim())
             .json(&body)
             .send()
             .await
             .map_err(|e| AgentError::OperationInterrupted(format!("TokenReview: {e}")))?;
         if !resp.status().is_success() {
-            return Err(AgentError::OperationInterrupted(format!("TokenReview: HTTP {}", resp.status())));
+            return Err(AgentError::OperationInterrupted(format!(
+                "TokenReview: HTTP {}",
+                resp.status()
+            )));
         }
-        let review: serde_json::Value =
-            resp.json().await.map_err(|e| AgentError::OperationInterrupted(format!("TokenReview: {e}")))?;
+        let review: serde_json::Value = resp
+            .json()
+            .await
+            .map_err(|e| AgentError::OperationInterrupted(format!("TokenReview: {e}")))?;
         let st = &review["status"];
         if st["authenticated"].as_bool() != Some(true) {
             return Err(AgentError::Unauthorized(format!(
@@ -93,11 +109,22 @@ impl TokenReviewer {
         }
         let user = st["user"]["username"].as_str().unwrap_or("");
         if user != self.allowed_user {
-            return Err(AgentError::Unauthorized(format!("{user} is not {}", self.allowed_user)));
+            return Err(AgentError::Unauthorized(format!(
+                "{user} is not {}",
+                self.allowed_user
+            )));
         }
-        let auds: Vec<&str> = st["audiences"].as_array().into_iter().flatten().filter_map(|a| a.as_str()).collect();
+        let auds: Vec<&str> = st["audiences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.as_str())
+            .collect();
         if !auds.contains(&self.audience.as_str()) {
-            return Err(AgentError::Unauthorized(format!("token audiences {auds:?} lack {}", self.audience)));
+            return Err(AgentError::Unauthorized(format!(
+                "token audiences {auds:?} lack {}",
+                self.audience
+            )));
         }
         let mut cache = self.cache.lock().unwrap();
         cache.retain(|_, t| t.elapsed() < CACHE_TTL);
@@ -116,7 +143,10 @@ impl Auth {
         match self {
             Auth::Static { token: want } => {
                 // Compare digests so timing does not leak the secret's prefix.
-                let (a, b) = (Sha256::digest(token.as_bytes()), Sha256::digest(want.as_bytes()));
+                let (a, b) = (
+                    Sha256::digest(token.as_bytes()),
+                    Sha256::digest(want.as_bytes()),
+                );
                 if a == b {
                     Ok(())
                 } else {

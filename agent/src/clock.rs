@@ -2,7 +2,10 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub fn now_nanos() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 /// `2026-11-30T06:11:13.123456Z` (microsecond precision, always UTC).
@@ -44,7 +47,13 @@ mod tests {
     #[test]
     fn formats_known_instants() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(rfc3339(951_782_400_000_001_000), "2000-02-29T00:00:00.000001Z");
-        assert_eq!(rfc3339(1_796_020_273_500_000_000), "2026-11-30T06:31:13.500000Z");
+        assert_eq!(
+            rfc3339(951_782_400_000_001_000),
+            "2000-02-29T00:00:00.000001Z"
+        );
+        assert_eq!(
+            rfc3339(1_796_020_273_500_000_000),
+            "2026-11-30T06:31:13.500000Z"
+        );
     }
 }

@@ -15,22 +15,36 @@ pub async fn send(sock: &Path, req: &Control) -> Result<bool, AgentError> {
     let fut = async {
         let mut conn = match UnixStream::connect(sock).await {
             Ok(c) => c,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
                 return Ok(false)
             }
-            Err(e) => return Err(AgentError::io(format!("connecting to {}", sock.display()))(e)),
+            Err(e) => {
+                return Err(AgentError::io(format!("connecting to {}", sock.display()))(
+                    e,
+                ))
+            }
         };
         let mut line = serde_json::to_vec(req).map_err(|e| AgentError::Internal(e.to_string()))?;
         line.push(b'\n');
-        conn.write_all(&line).await.map_err(AgentError::io("writing control request"))?;
+        conn.write_all(&line)
+            .await
+            .map_err(AgentError::io("writing control request"))?;
         let mut reply = String::new();
-        BufReader::new(conn).read_line(&mut reply).await.map_err(AgentError::io("reading control reply"))?;
+        BufReader::new(conn)
+            .read_line(&mut reply)
+            .await
+            .map_err(AgentError::io("reading control reply"))?;
         if reply.is_empty() {
             // Supervisor exited while we talked to it: the record tells the outcome.
             return Ok(false);
         }
-        let reply: ControlReply =
-            serde_json::from_str(&reply).map_err(|e| AgentError::Internal(format!("control reply: {e}")))?;
+        let reply: ControlReply = serde_json::from_str(&reply)
+            .map_err(|e| AgentError::Internal(format!("control reply: {e}")))?;
         if reply.ok {
             Ok(true)
         } else {
@@ -39,5 +53,10 @@ pub async fn send(sock: &Path, req: &Control) -> Result<bool, AgentError> {
     };
     tokio::time::timeout(CONTROL_TIMEOUT, fut)
         .await
-        .map_err(|_| AgentError::OperationInterrupted(format!("supervisor at {} did not answer", sock.display())))?
+        .map_err(|_| {
+            AgentError::OperationInterrupted(format!(
+                "supervisor at {} did not answer",
+                sock.display()
+            ))
+        })?
 }

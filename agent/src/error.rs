@@ -4,9 +4,17 @@ use sandbox_api::wire::{ApiError, ErrorCode};
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error("container {container:?} of pod {pod_uid} not found: {detail}")]
-    ContainerNotFound { pod_uid: String, container: String, detail: String },
+    ContainerNotFound {
+        pod_uid: String,
+        container: String,
+        detail: String,
+    },
     #[error("container {container:?} of pod {pod_uid} is not running: {detail}")]
-    ContainerUnavailable { pod_uid: String, container: String, detail: String },
+    ContainerUnavailable {
+        pod_uid: String,
+        container: String,
+        detail: String,
+    },
     #[error("working directory {cwd:?}: {reason}")]
     InvalidProcessCwd { cwd: String, reason: String },
     #[error("env: {0}")]
@@ -77,6 +85,9 @@ impl AgentError {
     }
 
     pub fn to_api(&self) -> ApiError {
-        ApiError { code: self.code(), message: self.to_string() }
+        ApiError {
+            code: self.code(),
+            message: self.to_string(),
+        }
     }
 }

@@ -13,7 +13,8 @@ impl ExecId {
         let ok = !s.is_empty()
             && s.len() <= MAX_LEN
             && !s.starts_with('.')
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
         if ok {
             Ok(ExecId(s.to_string()))
         } else {

@@ -101,7 +101,16 @@ impl LedgerWriter {
             .append(true)
             .open(dir.join(seg_name(seg_start)))?;
         let first = retained[0].0;
-        Ok(LedgerWriter { dir: dir.to_path_buf(), cap, seg_limit, file, seg_start, end, first, retained })
+        Ok(LedgerWriter {
+            dir: dir.to_path_buf(),
+            cap,
+            seg_limit,
+            file,
+            seg_start,
+            end,
+            first,
+            retained,
+        })
     }
 
     pub fn end(&self) -> u64 {
@@ -125,7 +134,9 @@ impl LedgerWriter {
             hdr[6..14].copy_from_slice(&ts_nanos.to_le_bytes());
             // One write per frame: a concurrent reader sees a whole frame or a short tail it waits on.
             let total = HEADER + chunk.len();
-            let mut written = self.file.write_vectored(&[IoSlice::new(&hdr), IoSlice::new(chunk)])?;
+            let mut written = self
+                .file
+                .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(chunk)])?;
             if written < total {
                 let mut frame = Vec::with_capacity(total);
                 frame.extend_from_slice(&hdr);
@@ -166,7 +177,12 @@ impl LedgerWriter {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
-    Data { stream: Stream, ts_nanos: u64, data: Vec<u8>, cursor: u64 },
+    Data {
+        stream: Stream,
+        ts_nanos: u64,
+        data: Vec<u8>,
+        cursor: u64,
+    },
     /// Bytes `[from, to)` were dropped by the retention cap.
     Gap { from: u64, to: u64 },
 }
@@ -189,7 +205,10 @@ pub fn read_after(dir: &Path, pos: u64, max_bytes: u64) -> Result<(Vec<Entry>, u
         return Ok((out, pos));
     };
     if pos < first {
-        out.push(Entry::Gap { from: pos, to: first });
+        out.push(Entry::Gap {
+            from: pos,
+            to: first,
+        });
         pos = first;
     }
     let mut budget = max_bytes;
@@ -287,10 +306,16 @@ mod tests {
         let (all, end) = read_after(d.path(), 0, u64::MAX).unwrap();
         assert_eq!(
             data(&all),
-            vec![(Stream::Stdout, b"a".to_vec()), (Stream::Stderr, b"bb".to_vec()), (Stream::Stdout, b"ccc".to_vec())]
+            vec![
+                (Stream::Stdout, b"a".to_vec()),
+                (Stream::Stderr, b"bb".to_vec()),
+                (Stream::Stdout, b"ccc".to_vec())
+            ]
         );
         assert_eq!(end, w.end());
-        let Entry::Data { cursor, .. } = all[0] else { panic!() };
+        let Entry::Data { cursor, .. } = all[0] else {
+            panic!()
+        };
         let (rest, _) = read_after(d.path(), cursor, u64::MAX).unwrap();
         assert_eq!(data(&rest).len(), 2, "resume after first event");
         let (none, p) = read_after(d.path(), end, u64::MAX).unwrap();
@@ -308,7 +333,11 @@ mod tests {
         let (e, p) = read_after(d.path(), 0, 25).unwrap();
         assert_eq!(data(&e).len(), 2);
         let (e2, _) = read_after(d.path(), p, 1).unwrap();
-        assert_eq!(data(&e2).len(), 1, "at least one frame even when larger than maxBytes");
+        assert_eq!(
+            data(&e2).len(),
+            1,
+            "at least one frame even when larger than maxBytes"
+        );
     }
 
     #[test]
@@ -320,13 +349,30 @@ mod tests {
             w.append(Stream::Stdout, 0, &chunk).unwrap();
         }
         assert!(w.first() > 0, "nothing dropped");
-        let kept: u64 = segments(d.path()).unwrap().iter().map(|(_, p)| fs::metadata(p).unwrap().len()).sum();
-        assert!(kept <= 16 * 1024 + 4096 + HEADER as u64 + 1000, "kept {kept}");
+        let kept: u64 = segments(d.path())
+            .unwrap()
+            .iter()
+            .map(|(_, p)| fs::metadata(p).unwrap().len())
+            .sum();
+        assert!(
+            kept <= 16 * 1024 + 4096 + HEADER as u64 + 1000,
+            "kept {kept}"
+        );
         let (e, end) = read_after(d.path(), 0, u64::MAX).unwrap();
-        assert_eq!(e[0], Entry::Gap { from: 0, to: w.first() });
+        assert_eq!(
+            e[0],
+            Entry::Gap {
+                from: 0,
+                to: w.first()
+            }
+        );
         assert_eq!(end, w.end());
         let got: u64 = data(&e).iter().map(|(_, d)| d.len() as u64).sum();
-        assert_eq!(got + (w.first() / (HEADER as u64 + 1000)) * 1000, 100_000, "gap + data = everything");
+        assert_eq!(
+            got + (w.first() / (HEADER as u64 + 1000)) * 1000,
+            100_000,
+            "gap + data = everything"
+        );
     }
 
     #[test]
@@ -334,8 +380,14 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut w = LedgerWriter::open(d.path(), 1 << 20).unwrap();
         w.append(Stream::Stdout, 0, b"hello world").unwrap();
-        assert!(matches!(read_after(d.path(), 3, 100), Err(ReadError::BadCursor(_))));
-        assert!(matches!(read_after(d.path(), 10_000, 100), Err(ReadError::BadCursor(_))));
+        assert!(matches!(
+            read_after(d.path(), 3, 100),
+            Err(ReadError::BadCursor(_))
+        ));
+        assert!(matches!(
+            read_after(d.path(), 10_000, 100),
+            Err(ReadError::BadCursor(_))
+        ));
         assert_eq!(decode_cursor(&encode_cursor(12345)), Some(12345));
         assert_eq!(decode_cursor("nope"), None);
     }

@@ -13,7 +13,11 @@ use sandbox_agent::server::{router, AppState};
 use sandbox_agent::spawn::{install_supervisor, SpawnConfig};
 
 #[derive(Parser)]
-#[command(name = "sandbox-agent", version, about = "Runs and supervises processes inside pod containers")]
+#[command(
+    name = "sandbox-agent",
+    version,
+    about = "Runs and supervises processes inside pod containers"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -38,7 +42,7 @@ enum AuthMode {
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve the agent API.
-    Serve(Serve),
+    Serve(Box<Serve>),
     /// Supervise one process (normally started by `serve`).
     Supervise { state_dir: PathBuf, exec_id: String },
 }
@@ -48,7 +52,11 @@ struct Serve {
     #[arg(long, env = "SANDBOX_AGENT_LISTEN", default_value = "0.0.0.0:9443")]
     listen: SocketAddr,
     /// Host path (also mounted at the same path in the agent pod).
-    #[arg(long, env = "SANDBOX_AGENT_STATE_DIR", default_value = "/var/lib/sandbox-agent")]
+    #[arg(
+        long,
+        env = "SANDBOX_AGENT_STATE_DIR",
+        default_value = "/var/lib/sandbox-agent"
+    )]
     state_dir: PathBuf,
     #[arg(long, value_enum, default_value = "cri")]
     lookup: LookupKind,
@@ -97,31 +105,59 @@ fn main() -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Supervise { .. } => sandbox_agent::supervisor::main(),
         Cmd::Serve(s) => {
+            let s = *s;
             tracing_subscriber::fmt()
                 .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info".into()),
                 )
                 .json()
                 .init();
-            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(s))
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(serve(s))
         }
     }
 }
 
+/// One pidfd per supervised process plus connections: lift the soft fd limit to the hard one.
+fn raise_nofile_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
 async fn serve(s: Serve) -> anyhow::Result<()> {
+    raise_nofile_limit();
     let layout = Layout::new(&s.state_dir);
-    layout.ensure().with_context(|| format!("creating state dir {}", s.state_dir.display()))?;
+    layout
+        .ensure()
+        .with_context(|| format!("creating state dir {}", s.state_dir.display()))?;
     let auth = match s.auth {
         AuthMode::Static => {
-            let f = s.token_file.as_ref().context("--auth static needs --token-file")?;
-            let token = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            let f = s
+                .token_file
+                .as_ref()
+                .context("--auth static needs --token-file")?;
+            let token =
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
             if token.trim().len() < 16 {
-                bail!("--token-file {}: token must be at least 16 characters", f.display());
+                bail!(
+                    "--token-file {}: token must be at least 16 characters",
+                    f.display()
+                );
             }
-            Auth::Static { token: token.trim().to_string() }
+            Auth::Static {
+                token: token.trim().to_string(),
+            }
         }
         AuthMode::TokenReview => {
-            let user = s.allowed_user.clone().context("--auth token-review needs --allowed-user")?;
+            let user = s
+                .allowed_user
+                .clone()
+                .context("--auth token-review needs --allowed-user")?;
             Auth::TokenReview(TokenReviewer::in_cluster(s.audience.clone(), user)?)
         }
     };
@@ -130,12 +166,15 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         None => {
             let me = std::env::current_exe()?;
             let sibling = me.with_file_name("sandbox-supervisor");
-            install_supervisor(&sibling, &layout).with_context(|| format!("installing {}", sibling.display()))?
+            install_supervisor(&sibling, &layout)
+                .with_context(|| format!("installing {}", sibling.display()))?
         }
     };
     let lookup = match s.lookup {
         LookupKind::Cri => Lookup::Cri(CriLookup::new(s.cri_socket.clone())?),
-        LookupKind::Runc => Lookup::RuncState(RuncStateLookup { root: s.runtime_root.clone().into() }),
+        LookupKind::Runc => Lookup::RuncState(RuncStateLookup {
+            root: s.runtime_root.clone().into(),
+        }),
     };
     let cfg = Config {
         layout,
@@ -152,13 +191,21 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         proc_root: s.proc_root.clone(),
     };
     let registry = Registry::open(cfg).await?;
-    let app = router(AppState { registry, auth: Arc::new(auth) });
-    let listener = tokio::net::TcpListener::bind(s.listen).await.with_context(|| format!("binding {}", s.listen))?;
+    let app = router(AppState {
+        registry,
+        auth: Arc::new(auth),
+    });
+    let listener = tokio::net::TcpListener::bind(s.listen)
+        .await
+        .with_context(|| format!("binding {}", s.listen))?;
     tracing::info!(listen = %listener.local_addr()?, "serving");
     let shutdown = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("signal");
         tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
     };
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
     Ok(())
 }

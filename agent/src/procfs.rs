@@ -54,9 +54,13 @@ pub fn oom_kills(pid: i32) -> Option<u64> {
     let path = cgroup_path(pid, "memory")?;
     let v1 = format!("/sys/fs/cgroup/memory{path}/memory.oom_control");
     let v2 = format!("/sys/fs/cgroup{path}/memory.events");
-    let text = fs::read_to_string(v1).or_else(|_| fs::read_to_string(v2)).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse().ok()))
+    let text = fs::read_to_string(v1)
+        .or_else(|_| fs::read_to_string(v2))
+        .ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix("oom_kill ")
+            .and_then(|n| n.trim().parse().ok())
+    })
 }
 
 #[cfg(test)]

@@ -18,17 +18,24 @@ use crate::ledger::Stream;
 const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn addrs(port: u16) -> [SocketAddr; 2] {
-    [SocketAddr::from(([127, 0, 0, 1], port)), SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port))]
+    [
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
+    ]
 }
 
 pub fn tcp_probe(port: u16) -> bool {
-    addrs(port).iter().any(|a| TcpStream::connect_timeout(a, DIAL_TIMEOUT).is_ok())
+    addrs(port)
+        .iter()
+        .any(|a| TcpStream::connect_timeout(a, DIAL_TIMEOUT).is_ok())
 }
 
 /// Status code of `GET path` on localhost:port, if the server answered with an HTTP status line.
 pub fn http_status(port: u16, path: &str) -> Option<u16> {
     for addr in addrs(port) {
-        let Ok(mut s) = TcpStream::connect_timeout(&addr, DIAL_TIMEOUT) else { continue };
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, DIAL_TIMEOUT) else {
+            continue;
+        };
         let _ = s.set_read_timeout(Some(DIAL_TIMEOUT));
         let _ = s.set_write_timeout(Some(DIAL_TIMEOUT));
         let req = format!(
@@ -79,38 +86,41 @@ pub fn spawn_net_prober(
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     // Opened before the thread starts so a vanished namespace is reported by the caller.
     let ns = File::open(&netns)?;
-    std::thread::Builder::new().name("probe".into()).stack_size(128 * 1024).spawn(move || {
-        let mut notify = File::from(notify);
-        // Only this thread changes namespace; the supervisor's other work stays on the host side.
-        if let Err(e) = setns(&ns, CloneFlags::CLONE_NEWNET) {
-            eprintln!("readiness: joining {}: {e}", netns.display());
-            return;
-        }
-        loop {
-            if cancel.load(Ordering::Relaxed) {
+    std::thread::Builder::new()
+        .name("probe".into())
+        .stack_size(128 * 1024)
+        .spawn(move || {
+            let mut notify = File::from(notify);
+            // Only this thread changes namespace; the supervisor's other work stays on the host side.
+            if let Err(e) = setns(&ns, CloneFlags::CLONE_NEWNET) {
+                eprintln!("readiness: joining {}: {e}", netns.display());
                 return;
             }
-            let ok = match &probe {
-                ProbeKind::TcpSocket { port } => tcp_probe(*port),
-                ProbeKind::HttpGet { port, path, status } => http_probe(*port, path, status),
-                ProbeKind::LogMatch { .. } => return,
-            };
-            if ok {
-                let _ = notify.write_all(&[READY]);
-                return;
+            loop {
+                if cancel.load(Ordering::Relaxed) {
+                    return;
+                }
+                let ok = match &probe {
+                    ProbeKind::TcpSocket { port } => tcp_probe(*port),
+                    ProbeKind::HttpGet { port, path, status } => http_probe(*port, path, status),
+                    ProbeKind::LogMatch { .. } => return,
+                };
+                if ok {
+                    let _ = notify.write_all(&[READY]);
+                    return;
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    let _ = notify.write_all(&[TIMED_OUT]);
+                    return;
+                }
+                std::thread::sleep(period);
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                let _ = notify.write_all(&[TIMED_OUT]);
-                return;
-            }
-            std::thread::sleep(period);
-        }
-    })
+        })
 }
 
 /// Line-oriented regex matcher over the selected output stream(s).
 pub struct LogMatcher {
-    re: regex::Regex,
+    re: regex_lite::Regex,
     stream: LogStream,
     partial: [Vec<u8>; 2],
 }
@@ -119,8 +129,12 @@ pub struct LogMatcher {
 const MAX_PARTIAL: usize = 64 * 1024;
 
 impl LogMatcher {
-    pub fn new(pattern: &str, stream: LogStream) -> Result<Self, regex::Error> {
-        Ok(LogMatcher { re: regex::Regex::new(pattern)?, stream, partial: [Vec::new(), Vec::new()] })
+    pub fn new(pattern: &str, stream: LogStream) -> Result<Self, regex_lite::Error> {
+        Ok(LogMatcher {
+            re: regex_lite::Regex::new(pattern)?,
+            stream,
+            partial: [Vec::new(), Vec::new()],
+        })
     }
 
     /// Feeds output; true once a line (or the current unterminated line) matches.

@@ -10,12 +10,21 @@ use serde::{de::DeserializeOwned, Serialize};
 /// Writes `value` as JSON to `path` atomically. `durable` adds the fsyncs; skip them only for
 /// updates that a later durable write supersedes (e.g. output counters).
 pub fn write_json<T: Serialize>(path: &Path, value: &T, durable: bool) -> io::Result<()> {
-    let dir = path.parent().ok_or_else(|| io::Error::other("record path has no parent"))?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("record");
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::other("record path has no parent"))?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("record");
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let body = serde_json::to_vec(value).map_err(io::Error::other)?;
     {
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
         f.write_all(&body)?;
         if durable {
             f.sync_all()?;

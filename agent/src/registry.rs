@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sandbox_api::wire::{
-    ApiError, EndReason, ErrorCode, Phase, ProbeKind, ProcessRecord, SignalRequest, StartRequest, WatchEvent,
+    ApiError, EndReason, ErrorCode, Phase, ProbeKind, ProcessRecord, SignalRequest, StartRequest,
+    WatchEvent,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::sync::broadcast;
@@ -49,7 +50,9 @@ impl Registry {
     /// Loads the state dir, reattaches to live supervisors and marks dead ones lost, then starts
     /// watching for changes.
     pub async fn open(cfg: Config) -> Result<Arc<Self>, AgentError> {
-        cfg.layout.ensure().map_err(AgentError::io("creating state dir"))?;
+        cfg.layout
+            .ensure()
+            .map_err(AgentError::io("creating state dir"))?;
         let (tx, _) = broadcast::channel(4096);
         let reg = Arc::new(Registry {
             cfg,
@@ -59,11 +62,16 @@ impl Registry {
         });
         // Watch first so no change between the scan and the watch is missed.
         reg.clone().spawn_watcher()?;
-        let procs = std::fs::read_dir(reg.cfg.layout.procs_dir()).map_err(AgentError::io("reading procs dir"))?;
+        let procs = std::fs::read_dir(reg.cfg.layout.procs_dir())
+            .map_err(AgentError::io("reading procs dir"))?;
         let mut live = 0;
         for entry in procs.flatten() {
-            let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
-            let Ok(id) = ExecId::parse(&name) else { continue };
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            let Ok(id) = ExecId::parse(&name) else {
+                continue;
+            };
             match record::read_record(&reg.cfg.layout.record(&id)) {
                 Ok(rec) if rec.is_final() => reg.upsert(rec),
                 _ => {
@@ -72,7 +80,10 @@ impl Registry {
                 }
             }
         }
-        info!(records = reg.records.lock().unwrap().len(), live, "state loaded");
+        info!(
+            records = reg.records.lock().unwrap().len(),
+            live, "state loaded"
+        );
         tokio::spawn(async {
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -91,7 +102,12 @@ impl Registry {
     }
 
     pub fn get(&self, id: &str) -> Result<ProcessRecord, AgentError> {
-        self.records.lock().unwrap().get(id).cloned().ok_or_else(|| AgentError::ProcessNotFound(id.to_string()))
+        self.records
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| AgentError::ProcessNotFound(id.to_string()))
     }
 
     pub fn layout(&self) -> &Layout {
@@ -110,16 +126,23 @@ impl Registry {
         }
         map.insert(rec.exec_id.clone(), rec.clone());
         drop(map);
-        let _ = self.tx.send(WatchEvent::Upsert { record: Box::new(rec) });
+        let _ = self.tx.send(WatchEvent::Upsert {
+            record: Box::new(rec),
+        });
     }
 
     fn spawn_watcher(self: Arc<Self>) -> Result<(), AgentError> {
         use inotify::{Inotify, WatchMask};
         let ino = Inotify::init().map_err(AgentError::io("inotify init"))?;
         ino.watches()
-            .add(self.cfg.layout.records_dir(), WatchMask::MOVED_TO | WatchMask::CLOSE_WRITE | WatchMask::DELETE)
+            .add(
+                self.cfg.layout.records_dir(),
+                WatchMask::MOVED_TO | WatchMask::CLOSE_WRITE | WatchMask::DELETE,
+            )
             .map_err(AgentError::io("watching records dir"))?;
-        let mut stream = ino.into_event_stream(vec![0u8; 64 * 1024]).map_err(AgentError::io("inotify stream"))?;
+        let mut stream = ino
+            .into_event_stream(vec![0u8; 64 * 1024])
+            .map_err(AgentError::io("inotify stream"))?;
         tokio::spawn(async move {
             use futures::StreamExt;
             while let Some(ev) = stream.next().await {
@@ -130,11 +153,15 @@ impl Registry {
                         continue;
                     }
                 };
-                let Some(name) = ev.name.as_ref().and_then(|n| n.to_str()) else { continue };
+                let Some(name) = ev.name.as_ref().and_then(|n| n.to_str()) else {
+                    continue;
+                };
                 if name.starts_with('.') {
                     continue;
                 }
-                let Some(id) = name.strip_suffix(".json") else { continue };
+                let Some(id) = name.strip_suffix(".json") else {
+                    continue;
+                };
                 let Ok(id) = ExecId::parse(id) else { continue };
                 if ev.mask.contains(inotify::EventMask::DELETE) {
                     continue; // forget() removes from the map itself
@@ -149,7 +176,8 @@ impl Registry {
 
     /// Resumes watching a process whose supervisor may still run (after an agent restart).
     async fn reattach(self: Arc<Self>, id: ExecId) {
-        let ident: Option<SupervisorIdentity> = record::read_json(&self.cfg.layout.supervisor(&id)).ok();
+        let ident: Option<SupervisorIdentity> =
+            record::read_json(&self.cfg.layout.supervisor(&id)).ok();
         if let Ok(rec) = record::read_record(&self.cfg.layout.record(&id)) {
             self.upsert(rec);
         }
@@ -157,7 +185,8 @@ impl Registry {
             Some(ident) if ident.alive() => self.watch_supervisor(id, ident),
             _ => {
                 // Started before a crash but never got a supervisor, or it died unrecorded.
-                self.mark_lost(&id, "supervisor not running and no exit record").await;
+                self.mark_lost(&id, "supervisor not running and no exit record")
+                    .await;
             }
         }
     }
@@ -180,7 +209,10 @@ impl Registry {
             tokio::time::sleep(Duration::from_millis(50)).await;
             match record::read_record(&self.cfg.layout.record(&id)) {
                 Ok(rec) if rec.is_final() => self.upsert(rec),
-                _ => self.mark_lost(&id, "supervisor exited without an exit record").await,
+                _ => {
+                    self.mark_lost(&id, "supervisor exited without an exit record")
+                        .await
+                }
             }
         });
     }
@@ -214,7 +246,12 @@ impl Registry {
     }
 
     fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.start_locks.lock().unwrap().entry(id.to_string()).or_default().clone()
+        self.start_locks
+            .lock()
+            .unwrap()
+            .entry(id.to_string())
+            .or_default()
+            .clone()
     }
 
     /// Starts the process, or returns the existing one for this exec id (idempotent).
@@ -242,21 +279,30 @@ impl Registry {
             container_pid: info.pid,
             container_start: crate::procfs::start_time(info.pid),
             runtime_binary: self.cfg.runtime_binary.clone(),
-            runtime_root: info.runtime_root.clone().unwrap_or_else(|| self.cfg.default_runtime_root.clone()),
+            runtime_root: info
+                .runtime_root
+                .clone()
+                .unwrap_or_else(|| self.cfg.default_runtime_root.clone()),
             retention_bytes: self.cfg.retention_bytes,
         };
         // mkdir is the cross-restart idempotency point: once it exists, this id never spawns again.
         match std::fs::create_dir(&proc_dir) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return self.wait_started(&id).await,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return self.wait_started(&id).await
+            }
             Err(e) => return Err(AgentError::io("creating process dir")(e)),
         }
         record::write_json(&self.cfg.layout.process_spec(&id), &process, false)
             .map_err(AgentError::io("writing process spec"))?;
-        record::write_json(&self.cfg.layout.launch(&id), &launch, true).map_err(AgentError::io("writing launch spec"))?;
+        record::write_json(&self.cfg.layout.launch(&id), &launch, false)
+            .map_err(AgentError::io("writing launch spec"))?;
         let mut rx = self.subscribe();
         let pid = spawn::spawn_supervisor(&self.cfg.spawn, &self.cfg.layout, &id).map_err(|e| {
-            AgentError::ProcessSpawnFailed { argv0: launch.request.command[0].clone(), reason: format!("starting supervisor: {e}") }
+            AgentError::ProcessSpawnFailed {
+                argv0: launch.request.command[0].clone(),
+                reason: format!("starting supervisor: {e}"),
+            }
         });
         let pid = match pid {
             Ok(p) => p,
@@ -280,10 +326,17 @@ impl Registry {
                 Ok(_) => {}
             }
         }
-        if let Ok(ident) = record::read_json::<SupervisorIdentity>(&self.cfg.layout.supervisor(&id)) {
+        if let Ok(ident) = record::read_json::<SupervisorIdentity>(&self.cfg.layout.supervisor(&id))
+        {
             self.clone().watch_supervisor(id.clone(), ident);
         } else if let Some(st) = crate::procfs::start_time(pid as i32) {
-            self.clone().watch_supervisor(id.clone(), SupervisorIdentity { pid: pid as i32, start_time: st });
+            self.clone().watch_supervisor(
+                id.clone(),
+                SupervisorIdentity {
+                    pid: pid as i32,
+                    start_time: st,
+                },
+            );
         }
         self.record_now(&id)
     }
@@ -304,7 +357,9 @@ impl Registry {
                     return Ok(rec);
                 }
             } else if tokio::time::Instant::now() >= deadline {
-                return Err(AgentError::OperationInterrupted(format!("process {id} is still being created")));
+                return Err(AgentError::OperationInterrupted(format!(
+                    "process {id} is still being created"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -314,17 +369,26 @@ impl Registry {
         let rec = self.get(id)?;
         let id = ExecId::parse(id)?;
         let control = if req.stop {
-            let launch: LaunchSpec =
-                record::read_json(&self.cfg.layout.launch(&id)).map_err(AgentError::io("reading launch spec"))?;
+            let launch: LaunchSpec = record::read_json(&self.cfg.layout.launch(&id))
+                .map_err(AgentError::io("reading launch spec"))?;
             let signal = req.signal.unwrap_or(launch.request.stop_signal);
             if !valid_signal(signal) {
-                return Err(AgentError::InvalidRequest(format!("signal {signal}: must be 1-64")));
+                return Err(AgentError::InvalidRequest(format!(
+                    "signal {signal}: must be 1-64"
+                )));
             }
-            Control::Stop { signal, grace_seconds: req.grace_seconds.unwrap_or(launch.request.grace_seconds) }
+            Control::Stop {
+                signal,
+                grace_seconds: req.grace_seconds.unwrap_or(launch.request.grace_seconds),
+            }
         } else {
-            let signal = req.signal.ok_or_else(|| AgentError::InvalidRequest("signal: required unless stop is true".into()))?;
+            let signal = req.signal.ok_or_else(|| {
+                AgentError::InvalidRequest("signal: required unless stop is true".into())
+            })?;
             if !valid_signal(signal) {
-                return Err(AgentError::InvalidRequest(format!("signal {signal}: must be 1-64")));
+                return Err(AgentError::InvalidRequest(format!(
+                    "signal {signal}: must be 1-64"
+                )));
             }
             Control::Signal { signal }
         };
@@ -341,12 +405,23 @@ impl Registry {
         let id = ExecId::parse(id)?;
         if !rec.is_final() {
             let launch: Option<LaunchSpec> = record::read_json(&self.cfg.layout.launch(&id)).ok();
-            let (signal, grace) = launch.map(|l| (l.request.stop_signal, l.request.grace_seconds)).unwrap_or((15, 5));
-            let _ = control::send(&self.cfg.layout.control(&id), &Control::Stop { signal, grace_seconds: grace }).await;
+            let (signal, grace) = launch
+                .map(|l| (l.request.stop_signal, l.request.grace_seconds))
+                .unwrap_or((15, 5));
+            let _ = control::send(
+                &self.cfg.layout.control(&id),
+                &Control::Stop {
+                    signal,
+                    grace_seconds: grace,
+                },
+            )
+            .await;
             let deadline = tokio::time::Instant::now() + Duration::from_secs(grace + 10);
             while !self.get(id.as_str()).map(|r| r.is_final()).unwrap_or(true) {
                 if tokio::time::Instant::now() >= deadline {
-                    return Err(AgentError::OperationInterrupted(format!("process {id} did not end after SIGKILL")));
+                    return Err(AgentError::OperationInterrupted(format!(
+                        "process {id} did not end after SIGKILL"
+                    )));
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -355,7 +430,9 @@ impl Registry {
         let _ = std::fs::remove_dir_all(self.cfg.layout.proc_dir(&id));
         self.records.lock().unwrap().remove(id.as_str());
         self.start_locks.lock().unwrap().remove(id.as_str());
-        let _ = self.tx.send(WatchEvent::Deleted { exec_id: id.to_string() });
+        let _ = self.tx.send(WatchEvent::Deleted {
+            exec_id: id.to_string(),
+        });
         Ok(())
     }
 }
@@ -396,7 +473,10 @@ pub fn validate(req: &StartRequest) -> Result<(), AgentError> {
     exec_spec::validate_env(&req.env)?;
     if let Some(d) = &req.working_dir {
         if !d.starts_with('/') {
-            return Err(AgentError::InvalidProcessCwd { cwd: d.clone(), reason: "must be an absolute path".into() });
+            return Err(AgentError::InvalidProcessCwd {
+                cwd: d.clone(),
+                reason: "must be an absolute path".into(),
+            });
         }
     }
     if req.timeout_seconds == Some(0) {
@@ -412,14 +492,19 @@ pub fn validate(req: &StartRequest) -> Result<(), AgentError> {
             }
             ProbeKind::HttpGet { path, status, .. } => {
                 if !path.starts_with('/') {
-                    return bad(format!("readiness.httpGet.path {path:?}: must start with '/'"));
+                    return bad(format!(
+                        "readiness.httpGet.path {path:?}: must start with '/'"
+                    ));
                 }
                 if status.min > status.max || status.min < 100 || status.max > 599 {
-                    return bad(format!("readiness.httpGet.status {}-{}: need 100 <= min <= max <= 599", status.min, status.max));
+                    return bad(format!(
+                        "readiness.httpGet.status {}-{}: need 100 <= min <= max <= 599",
+                        status.min, status.max
+                    ));
                 }
             }
             ProbeKind::LogMatch { pattern, .. } => {
-                if let Err(e) = regex::Regex::new(pattern) {
+                if let Err(e) = regex_lite::Regex::new(pattern) {
                     return bad(format!("readiness.logMatch.pattern: {e}"));
                 }
             }

@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
-use sandbox_api::wire::{LogEvent, LogQuery, LogStream, ProcessList, SignalRequest, StartRequest, WatchEvent};
+use sandbox_api::wire::{
+    LogEvent, LogQuery, LogStream, ProcessList, SignalRequest, StartRequest, WatchEvent,
+};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -34,7 +36,8 @@ pub struct AppState {
 
 impl IntoResponse for AgentError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status =
+            StatusCode::from_u16(self.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         (status, Json(self.to_api())).into_response()
     }
 }
@@ -52,7 +55,10 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn authenticate(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let header = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
     match st.auth.check(header).await {
         Ok(()) => next.run(req).await,
         Err(e) => {
@@ -62,21 +68,32 @@ async fn authenticate(State(st): State<AppState>, req: Request, next: Next) -> R
     }
 }
 
-async fn start(State(st): State<AppState>, body: Bytes) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
-    let req: StartRequest =
-        serde_json::from_slice(&body).map_err(|e| AgentError::InvalidRequest(format!("request body: {e}")))?;
+async fn start(
+    State(st): State<AppState>,
+    body: Bytes,
+) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
+    let req: StartRequest = serde_json::from_slice(&body)
+        .map_err(|e| AgentError::InvalidRequest(format!("request body: {e}")))?;
     Ok(Json(st.registry.start(req).await?))
 }
 
 async fn list(State(st): State<AppState>) -> Json<ProcessList> {
-    Json(ProcessList { items: st.registry.list() })
+    Json(ProcessList {
+        items: st.registry.list(),
+    })
 }
 
-async fn get_one(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
+async fn get_one(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
     Ok(Json(st.registry.get(&id)?))
 }
 
-async fn forget(State(st): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, AgentError> {
+async fn forget(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, AgentError> {
     st.registry.forget(&id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -86,15 +103,18 @@ async fn signal(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
-    let req: SignalRequest =
-        serde_json::from_slice(&body).map_err(|e| AgentError::InvalidRequest(format!("request body: {e}")))?;
+    let req: SignalRequest = serde_json::from_slice(&body)
+        .map_err(|e| AgentError::InvalidRequest(format!("request body: {e}")))?;
     Ok(Json(st.registry.signal(&id, req).await?))
 }
 
 fn ndjson(rx: mpsc::Receiver<Bytes>) -> Response {
     let stream = futures::StreamExt::map(ReceiverStream::new(rx), Ok::<_, Infallible>);
     let mut resp = Response::new(Body::from_stream(stream));
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
     resp
 }
 
@@ -104,11 +124,16 @@ fn line<T: serde::Serialize>(v: &T) -> Bytes {
     Bytes::from(b)
 }
 
-async fn logs(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<LogQuery>) -> Result<Response, AgentError> {
+async fn logs(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<LogQuery>,
+) -> Result<Response, AgentError> {
     let eid = ExecId::parse(&id)?;
     st.registry.get(&id)?;
     let start = match &q.since {
-        Some(c) => decode_cursor(c).ok_or_else(|| AgentError::InvalidRequest(format!("since {c:?}: not a cursor")))?,
+        Some(c) => decode_cursor(c)
+            .ok_or_else(|| AgentError::InvalidRequest(format!("since {c:?}: not a cursor")))?,
         None => 0,
     };
     let dir = st.registry.layout().ledger(&eid);
@@ -138,8 +163,16 @@ async fn logs(State(st): State<AppState>, Path(id): Path<String>, Query(q): Quer
             let got_any = !entries.is_empty();
             for e in entries {
                 let ev = match e {
-                    Entry::Gap { from, to } => LogEvent::Truncated { dropped_bytes: to - from, cursor: encode_cursor(to) },
-                    Entry::Data { stream, ts_nanos, data, cursor } => {
+                    Entry::Gap { from, to } => LogEvent::Truncated {
+                        dropped_bytes: to - from,
+                        cursor: encode_cursor(to),
+                    },
+                    Entry::Data {
+                        stream,
+                        ts_nanos,
+                        data,
+                        cursor,
+                    } => {
                         budget = budget.saturating_sub(data.len() as u64);
                         let s = match stream {
                             Stream::Stdout => LogStream::Stdout,
@@ -177,8 +210,17 @@ async fn logs(State(st): State<AppState>, Path(id): Path<String>, Query(q): Quer
                 tokio::time::sleep(FOLLOW_POLL).await;
             }
         }
-        let record = registry.get(&id).ok().filter(|r| r.is_final()).map(Box::new);
-        let _ = tx.send(line(&LogEvent::End { cursor: encode_cursor(pos), record })).await;
+        let record = registry
+            .get(&id)
+            .ok()
+            .filter(|r| r.is_final())
+            .map(Box::new);
+        let _ = tx
+            .send(line(&LogEvent::End {
+                cursor: encode_cursor(pos),
+                record,
+            }))
+            .await;
     });
     Ok(ndjson(rx))
 }
@@ -190,7 +232,13 @@ async fn watch(State(st): State<AppState>) -> Response {
         let mut sub = registry.subscribe();
         'outer: loop {
             for rec in registry.list() {
-                if tx.send(line(&WatchEvent::Upsert { record: Box::new(rec) })).await.is_err() {
+                if tx
+                    .send(line(&WatchEvent::Upsert {
+                        record: Box::new(rec),
+                    }))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }

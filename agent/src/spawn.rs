@@ -25,7 +25,9 @@ pub struct SpawnConfig {
 impl SpawnConfig {
     /// Creates the supervisor cgroup in every mounted hierarchy; returns their `cgroup.procs`.
     fn cgroup_procs(&self) -> std::io::Result<Vec<PathBuf>> {
-        let Some(name) = &self.cgroup else { return Ok(Vec::new()) };
+        let Some(name) = &self.cgroup else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::new();
         let unified = self.cgroup_root.join("cgroup.procs").exists();
         let roots: Vec<PathBuf> = if unified {
@@ -44,7 +46,11 @@ impl SpawnConfig {
             // cpuset needs cpus/mems populated before tasks can join (v1).
             for knob in ["cpuset.cpus", "cpuset.mems"] {
                 let (parent, child) = (root.join(knob), dir.join(knob));
-                if child.exists() && std::fs::read_to_string(&child).map(|s| s.trim().is_empty()).unwrap_or(false) {
+                if child.exists()
+                    && std::fs::read_to_string(&child)
+                        .map(|s| s.trim().is_empty())
+                        .unwrap_or(false)
+                {
                     if let Ok(v) = std::fs::read_to_string(parent) {
                         let _ = std::fs::write(&child, v.trim());
                     }
@@ -66,9 +72,16 @@ pub fn spawn_supervisor(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std:
         Some(p) => Some(File::open(p)?.into()),
         None => None,
     };
-    let log = OpenOptions::new().create(true).append(true).open(layout.proc_dir(id).join("supervisor.log"))?;
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(layout.proc_dir(id).join("supervisor.log"))?;
     let mut cmd = Command::new(&cfg.supervisor_bin);
-    cmd.arg(layout.root()).arg(id.as_str()).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    cmd.arg(layout.root())
+        .arg(id.as_str())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
     let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
     let mnt_fd = mntns.as_ref().map(|f| f.as_raw_fd());
     // SAFETY: runs in the forked child before exec; it only makes async-signal-safe syscalls
@@ -116,7 +129,9 @@ pub fn install_supervisor(from: &Path, layout: &Layout) -> std::io::Result<PathB
     let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     let dest = layout.bin_dir().join(format!("sandbox-supervisor-{hex}"));
     if !dest.exists() {
-        let tmp = layout.bin_dir().join(format!(".sandbox-supervisor-{hex}.tmp"));
+        let tmp = layout
+            .bin_dir()
+            .join(format!(".sandbox-supervisor-{hex}.tmp"));
         std::fs::write(&tmp, &bytes)?;
         std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
         std::fs::rename(&tmp, &dest)?;

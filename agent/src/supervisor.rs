@@ -44,7 +44,7 @@ const TAIL_BYTES: usize = 2048;
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// Non-durable record refresh while output flows.
 const COUNTER_FLUSH: Duration = Duration::from_secs(1);
-const READ_BUF: usize = 128 * 1024;
+const READ_BUF: usize = 256 * 1024;
 
 /// Identity of a running supervisor (pid reuse safe).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -137,12 +137,20 @@ impl Supervisor {
         let spec: LaunchSpec = record::read_json(&layout.launch(&id))?;
         nix::sys::prctl::set_child_subreaper(true)?;
         let me = std::process::id() as i32;
-        let ident = SupervisorIdentity { pid: me, start_time: procfs::start_time(me).unwrap_or(0) };
-        record::write_json(&layout.supervisor(&id), &ident, true)?;
+        let ident = SupervisorIdentity {
+            pid: me,
+            start_time: procfs::start_time(me).unwrap_or(0),
+        };
+        record::write_json(&layout.supervisor(&id), &ident, false)?;
 
         // Signals become poll events; the runtime child gets a clean mask from std::process.
         let mut mask = SigSet::empty();
-        for s in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        for s in [
+            Signal::SIGCHLD,
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+        ] {
             mask.add(s);
         }
         mask.thread_block()?;
@@ -158,7 +166,9 @@ impl Supervisor {
         let ledger = LedgerWriter::open(&layout.ledger(&id), spec.retention_bytes)?;
         let req = &spec.request;
         let matcher = match req.readiness.as_ref().map(|r| &r.probe) {
-            Some(ProbeKind::LogMatch { pattern, stream }) => Some(LogMatcher::new(pattern, *stream)?),
+            Some(ProbeKind::LogMatch { pattern, stream }) => {
+                Some(LogMatcher::new(pattern, *stream)?)
+            }
             _ => None,
         };
         let rec = ProcessRecord {
@@ -206,7 +216,7 @@ impl Supervisor {
             dirty_since: None,
             oom_before,
         };
-        s.save(true)?;
+        s.save(false)?;
         Ok(s)
     }
 
@@ -284,10 +294,13 @@ impl Supervisor {
         };
         let _ = child.try_wait();
         let ok = matches!(status, WaitStatus::Exited(_, 0));
-        let host_pid = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok());
+        let host_pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok());
         if !ok || host_pid.is_none() {
             self.drain_available();
-            let msg = runtime_error(&log).unwrap_or_else(|| format!("runtime exited with {status:?}"));
+            let msg =
+                runtime_error(&log).unwrap_or_else(|| format!("runtime exited with {status:?}"));
             let code = classify_runtime_error(&msg);
             self.fail(code, msg)?;
             return Ok(false);
@@ -321,7 +334,8 @@ impl Supervisor {
             self.rec.ready = true;
             self.rec.ready_at = self.rec.started_at.clone();
         }
-        self.save(true)?;
+        // Not fsynced: after a node crash the process is gone anyway and the record says Lost.
+        self.save(false)?;
         Ok(true)
     }
 
@@ -357,7 +371,11 @@ impl Supervisor {
     }
 
     fn on_output(&mut self, idx: usize, data: &[u8]) -> std::io::Result<()> {
-        let stream = if idx == 0 { Stream::Stdout } else { Stream::Stderr };
+        let stream = if idx == 0 {
+            Stream::Stdout
+        } else {
+            Stream::Stderr
+        };
         self.ledger.append(stream, now_nanos(), data)?;
         match stream {
             Stream::Stdout => self.rec.output.stdout_bytes += data.len() as u64,
@@ -383,7 +401,7 @@ impl Supervisor {
     fn mark_ready(&mut self) -> std::io::Result<()> {
         self.rec.ready = true;
         self.rec.ready_at = Some(rfc3339(now_nanos()));
-        self.save(true)
+        self.save(false)
     }
 
     /// Reads what is available on both pipes without blocking (used on spawn failure).
@@ -431,8 +449,14 @@ impl Supervisor {
             Err(e) => Err(format!("reading control request: {e}")),
         };
         let reply = match reply {
-            Ok(()) => ControlReply { ok: true, error: None },
-            Err(e) => ControlReply { ok: false, error: Some(e) },
+            Ok(()) => ControlReply {
+                ok: true,
+                error: None,
+            },
+            Err(e) => ControlReply {
+                ok: false,
+                error: Some(e),
+            },
         };
         let mut body = serde_json::to_vec(&reply).unwrap_or_default();
         body.push(b'\n');
@@ -441,16 +465,20 @@ impl Supervisor {
 
     fn apply(&mut self, c: Control) -> std::result::Result<(), String> {
         match c {
-            Control::Stop { signal, grace_seconds } => {
+            Control::Stop {
+                signal,
+                grace_seconds,
+            } => {
                 if !valid_signal(signal) {
                     return Err(format!("signal {signal}: must be 1-64"));
                 }
                 if self.exit.is_none() && !self.stop_requested {
                     self.stop_requested = true;
                     self.rec.stop_requested = true;
-                    self.save(true).map_err(|e| e.to_string())?;
+                    self.save(false).map_err(|e| e.to_string())?;
                 }
-                self.begin_stop(signal, grace_seconds).map_err(|e| e.to_string())
+                self.begin_stop(signal, grace_seconds)
+                    .map_err(|e| e.to_string())
             }
             Control::Signal { signal } => {
                 if !valid_signal(signal) {
@@ -467,12 +495,21 @@ impl Supervisor {
     fn next_deadline(&self) -> Option<Instant> {
         let flush = self.dirty_since.map(|t| t + COUNTER_FLUSH);
         let drain = self.exited_at.map(|t| t + DRAIN_GRACE);
-        let readiness = if self.matcher.is_some() && !self.rec.ready && !self.rec.readiness_timed_out {
-            self.readiness_deadline
+        let readiness =
+            if self.matcher.is_some() && !self.rec.ready && !self.rec.readiness_timed_out {
+                self.readiness_deadline
+            } else {
+                None
+            };
+        let stop = if self.exit.is_none() {
+            self.kill_at.or(if self.timed_out {
+                None
+            } else {
+                self.timeout_at
+            })
         } else {
             None
         };
-        let stop = if self.exit.is_none() { self.kill_at.or(if self.timed_out { None } else { self.timeout_at }) } else { None };
         [flush, drain, readiness, stop].into_iter().flatten().min()
     }
 
@@ -490,7 +527,8 @@ impl Supervisor {
             let now = Instant::now();
             let timeout = match self.next_deadline() {
                 Some(d) if d <= now => PollTimeout::ZERO,
-                Some(d) => PollTimeout::try_from((d - now).as_millis().min(60_000) as u32 + 1).unwrap_or(PollTimeout::MAX),
+                Some(d) => PollTimeout::try_from((d - now).as_millis().min(60_000) as u32 + 1)
+                    .unwrap_or(PollTimeout::MAX),
                 None => PollTimeout::NONE,
             };
             let (ready_out, ready_sig, ready_ctl, ready_probe) = {
@@ -517,13 +555,20 @@ impl Supervisor {
                 let hit = |slot: usize| {
                     slot != usize::MAX && fds[slot].revents().is_some_and(|r| !r.is_empty())
                 };
-                ([hit(slots[0]), hit(slots[1])], hit(slots[2]), hit(slots[3]), hit(slots[4]))
+                (
+                    [hit(slots[0]), hit(slots[1])],
+                    hit(slots[2]),
+                    hit(slots[3]),
+                    hit(slots[4]),
+                )
             };
-            for idx in 0..2 {
-                if !ready_out[idx] {
+            for (idx, ready) in ready_out.into_iter().enumerate() {
+                if !ready {
                     continue;
                 }
-                let Some(fd) = self.out[idx].as_ref() else { continue };
+                let Some(fd) = self.out[idx].as_ref() else {
+                    continue;
+                };
                 match nix::unistd::read(fd, &mut buf) {
                     Ok(0) => self.out[idx] = None,
                     Ok(n) => self.on_output(idx, &buf[..n])?,
@@ -541,8 +586,14 @@ impl Supervisor {
                 self.reap();
                 if stop_sig {
                     // Someone asked the supervisor itself to stop: stop the process properly.
-                    let (sig, grace) = (self.spec.request.stop_signal, self.spec.request.grace_seconds);
-                    let _ = self.apply(Control::Stop { signal: sig, grace_seconds: grace });
+                    let (sig, grace) = (
+                        self.spec.request.stop_signal,
+                        self.spec.request.grace_seconds,
+                    );
+                    let _ = self.apply(Control::Stop {
+                        signal: sig,
+                        grace_seconds: grace,
+                    });
                 }
             }
             if ready_ctl {
@@ -552,22 +603,31 @@ impl Supervisor {
             }
             if ready_probe {
                 let mut b = [0u8; 1];
-                let got = self.probe_pipe.as_ref().map(|p| nix::unistd::read(p, &mut b));
+                let got = self
+                    .probe_pipe
+                    .as_ref()
+                    .map(|p| nix::unistd::read(p, &mut b));
                 self.probe_pipe = None;
                 if let Some(Ok(1)) = got {
                     if b[0] == readiness::READY && self.exit.is_none() {
                         self.mark_ready()?;
                     } else if b[0] == readiness::TIMED_OUT {
                         self.rec.readiness_timed_out = true;
-                        self.save(true)?;
+                        self.save(false)?;
                     }
                 }
             }
             let now = Instant::now();
             if self.exit.is_none() {
-                if !self.timed_out && self.kill_at.is_none() && self.timeout_at.is_some_and(|t| now >= t) {
+                if !self.timed_out
+                    && self.kill_at.is_none()
+                    && self.timeout_at.is_some_and(|t| now >= t)
+                {
                     self.timed_out = true;
-                    let (sig, grace) = (self.spec.request.stop_signal, self.spec.request.grace_seconds);
+                    let (sig, grace) = (
+                        self.spec.request.stop_signal,
+                        self.spec.request.grace_seconds,
+                    );
                     self.begin_stop(sig, grace)?;
                 } else if self.kill_at.is_some_and(|t| now >= t) {
                     self.kill_group(libc::SIGKILL)?;
@@ -580,7 +640,7 @@ impl Supervisor {
                 && self.readiness_deadline.is_some_and(|t| now >= t)
             {
                 self.rec.readiness_timed_out = true;
-                self.save(true)?;
+                self.save(false)?;
             }
             if self.dirty_since.is_some_and(|t| now >= t + COUNTER_FLUSH) {
                 self.save(false)?;
@@ -601,18 +661,19 @@ impl Supervisor {
             }),
         };
         // A container stop SIGKILLs every process in it; the init may die a moment after ours.
-        let container_gone = signal == Some(libc::SIGKILL) && !self.stop_requested && !self.timed_out && {
-            let until = Instant::now() + Duration::from_millis(500);
-            loop {
-                if !procfs::alive(self.spec.container_pid, self.spec.container_start) {
-                    break true;
+        let container_gone =
+            signal == Some(libc::SIGKILL) && !self.stop_requested && !self.timed_out && {
+                let until = Instant::now() + Duration::from_millis(500);
+                loop {
+                    if !procfs::alive(self.spec.container_pid, self.spec.container_start) {
+                        break true;
+                    }
+                    if Instant::now() >= until {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
                 }
-                if Instant::now() >= until {
-                    break false;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        };
+            };
         let oom = match (self.oom_before, procfs::oom_kills(self.spec.container_pid)) {
             (Some(a), Some(b)) => b > a,
             _ => false,
@@ -630,9 +691,12 @@ impl Supervisor {
         } else {
             EndReason::Exited
         };
-        self.ledger.sync()?;
         self.rec.phase = Phase::Exited;
-        self.rec.exit = Some(ExitStatus { code, signal, timed_out: self.timed_out });
+        self.rec.exit = Some(ExitStatus {
+            code,
+            signal,
+            timed_out: self.timed_out,
+        });
         self.rec.end_reason = Some(reason);
         self.rec.finished_at = Some(rfc3339(now_nanos()));
         self.save(true)?;
@@ -660,7 +724,11 @@ pub fn classify_runtime_error(msg: &str) -> ErrorCode {
     let m = msg.to_ascii_lowercase();
     if m.contains("chdir") || m.contains("cwd") {
         ErrorCode::InvalidProcessCwd
-    } else if m.contains("not running") || m.contains("stopped container") || m.contains("does not exist") || m.contains("paused") {
+    } else if m.contains("not running")
+        || m.contains("stopped container")
+        || m.contains("does not exist")
+        || m.contains("paused")
+    {
         ErrorCode::ContainerUnavailable
     } else {
         ErrorCode::ProcessSpawnFailed
@@ -681,13 +749,26 @@ mod tests {
             classify_runtime_error("exec failed: unable to start container process: exec: \"nope\": executable file not found in $PATH"),
             ErrorCode::ProcessSpawnFailed
         );
-        assert_eq!(classify_runtime_error("cannot exec in a stopped container"), ErrorCode::ContainerUnavailable);
-        assert_eq!(classify_runtime_error("container does not exist"), ErrorCode::ContainerUnavailable);
+        assert_eq!(
+            classify_runtime_error("cannot exec in a stopped container"),
+            ErrorCode::ContainerUnavailable
+        );
+        assert_eq!(
+            classify_runtime_error("container does not exist"),
+            ErrorCode::ContainerUnavailable
+        );
     }
 
     #[test]
     fn control_wire_format() {
-        let c: Control = serde_json::from_str(r#"{"op":"stop","signal":15,"graceSeconds":2}"#).unwrap();
-        assert!(matches!(c, Control::Stop { signal: 15, grace_seconds: 2 }));
+        let c: Control =
+            serde_json::from_str(r#"{"op":"stop","signal":15,"graceSeconds":2}"#).unwrap();
+        assert!(matches!(
+            c,
+            Control::Stop {
+                signal: 15,
+                grace_seconds: 2
+            }
+        ));
     }
 }

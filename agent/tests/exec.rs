@@ -20,7 +20,11 @@ fn fx_with(uid: u32, extra: &[&str]) -> Fx {
     let runc_root = base.join(uniq("runc"));
     let ctr = Container::start(&base, &runc_root, uid);
     let agent = Agent::launch(&base, &runc_root, extra);
-    Fx { agent, ctr, _base: base }
+    Fx {
+        agent,
+        ctr,
+        _base: base,
+    }
 }
 
 fn fx() -> Fx {
@@ -32,9 +36,19 @@ const T: Duration = Duration::from_secs(20);
 #[tokio::test]
 async fn exit_code_is_exact() {
     let f = fx();
-    let r = f.agent.start(&req(&f.ctr, &["sh", "-c", "echo out; echo err >&2; exit 7"])).await.unwrap();
+    let r = f
+        .agent
+        .start(&req(
+            &f.ctr,
+            &["sh", "-c", "echo out; echo err >&2; exit 7"],
+        ))
+        .await
+        .unwrap();
     assert!(matches!(r.phase, Phase::Running | Phase::Exited), "{r:?}");
-    assert!(r.pid.is_some_and(|p| p > 1), "pid inside the container: {r:?}");
+    assert!(
+        r.pid.is_some_and(|p| p > 1),
+        "pid inside the container: {r:?}"
+    );
     let r = f.agent.wait_final(&r.exec_id, T).await;
     let exit = r.exit.clone().unwrap();
     assert_eq!((exit.code, exit.signal, exit.timed_out), (7, None, false));
@@ -47,46 +61,89 @@ async fn exit_code_is_exact() {
 #[tokio::test]
 async fn signal_death_reports_128_plus_signal() {
     let f = fx();
-    let r = f.agent.start(&req(&f.ctr, &["sh", "-c", "kill -TERM $$; sleep 5"])).await.unwrap();
+    let r = f
+        .agent
+        .start(&req(&f.ctr, &["sh", "-c", "kill -TERM $$; sleep 5"]))
+        .await
+        .unwrap();
     let r = f.agent.wait_final(&r.exec_id, T).await;
     let exit = r.exit.unwrap();
     assert_eq!((exit.code, exit.signal), (143, Some(15)));
     assert_eq!(r.end_reason, Some(EndReason::Signaled));
 
     // Any numeric signal through the API, to the whole group.
-    let r = f.agent.start(&req(&f.ctr, &["sleep", "100"])).await.unwrap();
-    let (s, v) = f.agent.post(&format!("/v1/processes/{}/signal", r.exec_id), &json!({"signal": 10})).await;
+    let r = f
+        .agent
+        .start(&req(&f.ctr, &["sleep", "100"]))
+        .await
+        .unwrap();
+    let (s, v) = f
+        .agent
+        .post(
+            &format!("/v1/processes/{}/signal", r.exec_id),
+            &json!({"signal": 10}),
+        )
+        .await;
     assert_eq!(s, 200, "{v}");
     let r = f.agent.wait_final(&r.exec_id, T).await;
     assert_eq!(r.exit.unwrap().signal, Some(10));
     assert_eq!(r.end_reason, Some(EndReason::Signaled));
-    let (s, v) = f.agent.post(&format!("/v1/processes/{}/signal", r.exec_id), &json!({"signal": 99})).await;
+    let (s, v) = f
+        .agent
+        .post(
+            &format!("/v1/processes/{}/signal", r.exec_id),
+            &json!({"signal": 99}),
+        )
+        .await;
     assert_eq!(s, 400, "signal out of range: {v}");
 }
 
 #[tokio::test]
 async fn timeout_kills_the_whole_group() {
     let f = fx();
-    let mut q = req(&f.ctr, &["sh", "-c", "sleep 100 & sleep 100 & trap '' TERM; while true; do sleep 1; done"]);
+    let mut q = req(
+        &f.ctr,
+        &[
+            "sh",
+            "-c",
+            "sleep 100 & sleep 100 & trap '' TERM; while true; do sleep 1; done",
+        ],
+    );
     q.timeout_seconds = Some(1);
     q.grace_seconds = 1;
     let r = f.agent.start(&q).await.unwrap();
     let pgid = r.host_pid.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(group_members(pgid).len() >= 3, "grandchildren running: {:?}", group_members(pgid));
+    assert!(
+        group_members(pgid).len() >= 3,
+        "grandchildren running: {:?}",
+        group_members(pgid)
+    );
     let r = f.agent.wait_final(&r.exec_id, T).await;
     let exit = r.exit.unwrap();
     assert!(exit.timed_out);
     assert_eq!(r.end_reason, Some(EndReason::TimedOut));
-    assert_eq!((exit.code, exit.signal), (137, Some(9)), "shell ignores TERM: SIGKILL after grace");
+    assert_eq!(
+        (exit.code, exit.signal),
+        (137, Some(9)),
+        "shell ignores TERM: SIGKILL after grace"
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(group_members(pgid).is_empty(), "group members survived: {:?}", group_members(pgid));
+    assert!(
+        group_members(pgid).is_empty(),
+        "group members survived: {:?}",
+        group_members(pgid)
+    );
 }
 
 #[tokio::test]
 async fn stop_is_graceful_then_forced_and_idempotent() {
     let f = fx();
-    let r = f.agent.start(&req(&f.ctr, &["sleep", "100"])).await.unwrap();
+    let r = f
+        .agent
+        .start(&req(&f.ctr, &["sleep", "100"]))
+        .await
+        .unwrap();
     let path = format!("/v1/processes/{}/signal", r.exec_id);
     let (s, _) = f.agent.post(&path, &json!({"stop": true})).await;
     assert_eq!(s, 200);
@@ -98,21 +155,47 @@ async fn stop_is_graceful_then_forced_and_idempotent() {
     assert_eq!(s, 200, "stopping an ended process succeeds: {v}");
     assert_eq!(v["exit"]["code"], 143);
 
-    let r = f.agent.start(&req(&f.ctr, &["sh", "-c", "trap '' TERM; while true; do sleep 1; done"])).await.unwrap();
+    let r = f
+        .agent
+        .start(&req(
+            &f.ctr,
+            &["sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+        ))
+        .await
+        .unwrap();
     let t0 = std::time::Instant::now();
-    let (s, _) = f.agent.post(&format!("/v1/processes/{}/signal", r.exec_id), &json!({"stop": true, "graceSeconds": 1})).await;
+    let (s, _) = f
+        .agent
+        .post(
+            &format!("/v1/processes/{}/signal", r.exec_id),
+            &json!({"stop": true, "graceSeconds": 1}),
+        )
+        .await;
     assert_eq!(s, 200);
     let done = f.agent.wait_final(&r.exec_id, T).await;
     assert_eq!(done.exit.unwrap().signal, Some(9));
-    assert!(t0.elapsed() >= Duration::from_millis(900), "SIGKILL only after the grace period");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(900),
+        "SIGKILL only after the grace period"
+    );
 }
 
 #[tokio::test]
 async fn env_overlay_and_working_dir() {
     let f = fx();
-    let mut q = req(&f.ctr, &["sh", "-c", "pwd; echo $FOO; echo $CONTAINER_VAR; echo $PATH"]);
+    let mut q = req(
+        &f.ctr,
+        &[
+            "sh",
+            "-c",
+            "pwd; echo $FOO; echo $CONTAINER_VAR; echo $PATH",
+        ],
+    );
     q.working_dir = Some("/tmp".into());
-    q.env = vec![EnvVar { name: "FOO".into(), value: "bar baz".into() }];
+    q.env = vec![EnvVar {
+        name: "FOO".into(),
+        value: "bar baz".into(),
+    }];
     let r = f.agent.start(&q).await.unwrap();
     f.agent.wait_final(&r.exec_id, T).await;
     let out = text(&f.agent.logs(&r.exec_id, "").await, None);
@@ -125,54 +208,116 @@ async fn launch_errors_are_precise() {
     let mut q = req(&f.ctr, &["pwd"]);
     q.working_dir = Some("/does/not/exist".into());
     let (s, v) = f.agent.start(&q).await.unwrap_err();
-    assert_eq!((s, v["code"].as_str()), (400, Some("InvalidProcessCwd")), "{v}");
-    assert!(v["message"].as_str().unwrap().contains("/does/not/exist"), "{v}");
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("InvalidProcessCwd")),
+        "{v}"
+    );
+    assert!(
+        v["message"].as_str().unwrap().contains("/does/not/exist"),
+        "{v}"
+    );
 
-    let (s, v) = f.agent.start(&req(&f.ctr, &["no-such-binary"])).await.unwrap_err();
-    assert_eq!((s, v["code"].as_str()), (409, Some("ProcessSpawnFailed")), "{v}");
+    let (s, v) = f
+        .agent
+        .start(&req(&f.ctr, &["no-such-binary"]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (409, Some("ProcessSpawnFailed")),
+        "{v}"
+    );
     assert!(v["message"].as_str().unwrap().contains("not found"), "{v}");
 
-    let (_, v) = f.agent.start(&req(&f.ctr, &["/etc/not-executable"])).await.unwrap_err();
+    let (_, v) = f
+        .agent
+        .start(&req(&f.ctr, &["/etc/not-executable"]))
+        .await
+        .unwrap_err();
     assert_eq!(v["code"], "ProcessSpawnFailed");
-    assert!(v["message"].as_str().unwrap().contains("permission denied"), "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("permission denied"),
+        "{v}"
+    );
 
     let mut q = req(&f.ctr, &["env"]);
-    q.env = vec![EnvVar { name: "A=B".into(), value: "x".into() }];
+    q.env = vec![EnvVar {
+        name: "A=B".into(),
+        value: "x".into(),
+    }];
     let (s, v) = f.agent.start(&q).await.unwrap_err();
-    assert_eq!((s, v["code"].as_str()), (400, Some("InvalidProcessEnvironment")), "{v}");
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("InvalidProcessEnvironment")),
+        "{v}"
+    );
 
     let mut q = req(&f.ctr, &["env"]);
     q.container = "nope".into();
     let (s, v) = f.agent.start(&q).await.unwrap_err();
-    assert_eq!((s, v["code"].as_str()), (404, Some("ContainerNotFound")), "{v}");
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (404, Some("ContainerNotFound")),
+        "{v}"
+    );
 
-    let (s, v) = f.agent.post("/v1/processes", &json!({"execId": "a/b", "podUid": "p", "container": "c", "command": ["x"]})).await;
-    assert_eq!((s, v["code"].as_str()), (400, Some("InvalidRequest")), "{v}");
+    let (s, v) = f
+        .agent
+        .post(
+            "/v1/processes",
+            &json!({"execId": "a/b", "podUid": "p", "container": "c", "command": ["x"]}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("InvalidRequest")),
+        "{v}"
+    );
     assert!(v["message"].as_str().unwrap().contains("execId"), "{v}");
 }
 
 #[tokio::test]
 async fn container_not_running_is_unavailable() {
     let f = fx();
-    let r = f.agent.start(&req(&f.ctr, &["sleep", "100"])).await.unwrap();
+    let r = f
+        .agent
+        .start(&req(&f.ctr, &["sleep", "100"]))
+        .await
+        .unwrap();
     f.ctr.kill();
     let r = f.agent.wait_final(&r.exec_id, T).await;
     assert_eq!(r.end_reason, Some(EndReason::ContainerExited), "{r:?}");
     assert_eq!(r.exit.unwrap().signal, Some(9));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (s, v) = f.agent.start(&req(&f.ctr, &["true"])).await.unwrap_err();
-    assert_eq!((s, v["code"].as_str()), (409, Some("ContainerUnavailable")), "{v}");
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (409, Some("ContainerUnavailable")),
+        "{v}"
+    );
 }
 
 fn readiness(probe: ProbeKind, timeout: Option<u64>) -> Option<Readiness> {
-    Some(Readiness { probe, period_millis: 100, timeout_seconds: timeout })
+    Some(Readiness {
+        probe,
+        period_millis: 100,
+        timeout_seconds: timeout,
+    })
 }
 
 #[tokio::test]
 async fn readiness_tcp_on_loopback_only_listener() {
     let f = fx();
     // busybox httpd bound to 127.0.0.1 only: a kubelet-style probe of the pod IP would miss it.
-    let mut q = req(&f.ctr, &["sh", "-c", "sleep 1; exec httpd -f -p 127.0.0.1:7001 -h /www"]);
+    let mut q = req(
+        &f.ctr,
+        &[
+            "sh",
+            "-c",
+            "sleep 1; exec httpd -f -p 127.0.0.1:7001 -h /www",
+        ],
+    );
     q.readiness = readiness(ProbeKind::TcpSocket { port: 7001 }, None);
     let r = f.agent.start(&q).await.unwrap();
     assert!(!r.ready, "not ready before listening");
@@ -184,39 +329,87 @@ async fn readiness_tcp_on_loopback_only_listener() {
 #[tokio::test]
 async fn readiness_http_status_range() {
     let f = fx();
-    let mut q = req(&f.ctr, &["httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/www"]);
+    let mut q = req(
+        &f.ctr,
+        &["httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/www"],
+    );
     q.readiness = readiness(
-        ProbeKind::HttpGet { port: 8080, path: "/index.html".into(), status: Default::default() },
+        ProbeKind::HttpGet {
+            port: 8080,
+            path: "/index.html".into(),
+            status: Default::default(),
+        },
         None,
     );
     let r = f.agent.start(&q).await.unwrap();
     f.agent.wait_for(&r.exec_id, T, "ready", |r| r.ready).await;
 
-    let mut q = req(&f.ctr, &["httpd", "-f", "-p", "127.0.0.1:8081", "-h", "/www"]);
+    let mut q = req(
+        &f.ctr,
+        &["httpd", "-f", "-p", "127.0.0.1:8081", "-h", "/www"],
+    );
     q.readiness = readiness(
-        ProbeKind::HttpGet { port: 8081, path: "/missing".into(), status: Default::default() },
+        ProbeKind::HttpGet {
+            port: 8081,
+            path: "/missing".into(),
+            status: Default::default(),
+        },
         Some(2),
     );
     let r = f.agent.start(&q).await.unwrap();
-    let r = f.agent.wait_for(&r.exec_id, T, "readiness timeout", |r| r.readiness_timed_out).await;
+    let r = f
+        .agent
+        .wait_for(&r.exec_id, T, "readiness timeout", |r| {
+            r.readiness_timed_out
+        })
+        .await;
     assert!(!r.ready, "404 is outside 200-399");
-    assert_eq!(r.phase, Phase::Running, "process keeps running after a readiness timeout");
+    assert_eq!(
+        r.phase,
+        Phase::Running,
+        "process keeps running after a readiness timeout"
+    );
 }
 
 #[tokio::test]
 async fn readiness_log_match() {
     let f = fx();
-    let mut q = req(&f.ctr, &["sh", "-c", "echo booting; sleep 0.5; echo 'listening on port 9000' >&2; sleep 100"]);
-    q.readiness = readiness(ProbeKind::LogMatch { pattern: "listening on port [0-9]+".into(), stream: Default::default() }, None);
+    let mut q = req(
+        &f.ctr,
+        &[
+            "sh",
+            "-c",
+            "echo booting; sleep 0.5; echo 'listening on port 9000' >&2; sleep 100",
+        ],
+    );
+    q.readiness = readiness(
+        ProbeKind::LogMatch {
+            pattern: "listening on port [0-9]+".into(),
+            stream: Default::default(),
+        },
+        None,
+    );
     let r = f.agent.start(&q).await.unwrap();
     let r = f.agent.wait_for(&r.exec_id, T, "ready", |r| r.ready).await;
     assert!(r.output.tail.contains("listening"));
 
     let mut q = req(&f.ctr, &["sleep", "100"]);
-    q.readiness = readiness(ProbeKind::LogMatch { pattern: "(".into(), stream: Default::default() }, None);
+    q.readiness = readiness(
+        ProbeKind::LogMatch {
+            pattern: "(".into(),
+            stream: Default::default(),
+        },
+        None,
+    );
     let (s, v) = f.agent.start(&q).await.unwrap_err();
     assert_eq!(s, 400);
-    assert!(v["message"].as_str().unwrap().contains("readiness.logMatch.pattern"), "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("readiness.logMatch.pattern"),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -224,7 +417,14 @@ async fn logs_cursors_replay_follow() {
     let f = fx();
     let r = f
         .agent
-        .start(&req(&f.ctr, &["sh", "-c", "for i in $(seq 1 50); do echo out$i; echo err$i >&2; sleep 0.02; done; exit 3"]))
+        .start(&req(
+            &f.ctr,
+            &[
+                "sh",
+                "-c",
+                "for i in $(seq 1 50); do echo out$i; echo err$i >&2; sleep 0.02; done; exit 3",
+            ],
+        ))
         .await
         .unwrap();
     // Follow from the start while it runs: everything in order, then an end event with the exit.
@@ -234,12 +434,16 @@ async fn logs_cursors_replay_follow() {
     assert_eq!(text(&events, Some("stdout")), expect_out);
     assert_eq!(text(&events, Some("stderr")), expect_err);
     match events.last().unwrap() {
-        LogEvent::End { record: Some(rec), .. } => assert_eq!(rec.exit.as_ref().unwrap().code, 3),
+        LogEvent::End {
+            record: Some(rec), ..
+        } => assert_eq!(rec.exit.as_ref().unwrap().code, 3),
         e => panic!("last event {e:?}"),
     }
     // Resume from a mid-stream cursor: no duplicate, no gap.
     let mid = events.len() / 2;
-    let LogEvent::Data { cursor, .. } = &events[mid] else { panic!() };
+    let LogEvent::Data { cursor, .. } = &events[mid] else {
+        panic!()
+    };
     let rest = f.agent.logs(&r.exec_id, &format!("since={cursor}")).await;
     let mut joined = text(&events[..=mid], None);
     joined.push_str(&text(&rest, None));
@@ -250,37 +454,76 @@ async fn logs_cursors_replay_follow() {
     let page = f.agent.logs(&r.exec_id, "maxBytes=20").await;
     assert!(text(&page, None).len() <= 20 && !text(&page, None).is_empty());
     // Bad cursor is a clear 400.
-    let r2 = f.agent.client.get(f.agent.url(&format!("/v1/processes/{}/logs?since=zz", r.exec_id))).bearer_auth(TOKEN).send().await.unwrap();
+    let r2 = f
+        .agent
+        .client
+        .get(
+            f.agent
+                .url(&format!("/v1/processes/{}/logs?since=zz", r.exec_id)),
+        )
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r2.status().as_u16(), 400);
 }
 
 #[tokio::test]
 async fn retention_cap_shows_an_explicit_gap() {
     let f = fx_with(0, &["--log-retention-bytes", "65536"]);
-    let r = f.agent.start(&req(&f.ctr, &["sh", "-c", "yes 0123456789 | head -c 1100000"])).await.unwrap();
+    let r = f
+        .agent
+        .start(&req(
+            &f.ctr,
+            &["sh", "-c", "yes 0123456789 | head -c 1100000"],
+        ))
+        .await
+        .unwrap();
     let done = f.agent.wait_final(&r.exec_id, T).await;
     assert_eq!(done.output.stdout_bytes, 1_100_000);
     let events = f.agent.logs(&r.exec_id, "").await;
-    let LogEvent::Truncated { dropped_bytes, .. } = &events[0] else { panic!("first event {:?}", events[0]) };
+    let LogEvent::Truncated { dropped_bytes, .. } = &events[0] else {
+        panic!("first event {:?}", events[0])
+    };
     assert!(*dropped_bytes > 900_000, "{dropped_bytes}");
     let kept = text(&events, None).len();
     // At most the cap plus the segment being written.
     assert!(kept > 32_768 && kept <= 2 * 65_536, "kept {kept}");
-    assert!(text(&events, None).ends_with("0123456789\n"), "newest output is kept");
+    assert!(
+        text(&events, None).ends_with("0123456789\n"),
+        "newest output is kept"
+    );
 }
 
 #[tokio::test]
 async fn concurrent_starts_of_one_id_make_one_process() {
     let f = fx();
-    let q = req(&f.ctr, &["sh", "-c", "echo started >> /tmp/idem-$0; sleep 30"]);
+    let q = req(
+        &f.ctr,
+        &["sh", "-c", "echo started >> /tmp/idem-$0; sleep 30"],
+    );
     let mut q = q;
     let marker = uniq("m");
-    q.command = vec!["sh".into(), "-c".into(), format!("echo started >> /tmp/{marker}; sleep 30")];
+    q.command = vec![
+        "sh".into(),
+        "-c".into(),
+        format!("echo started >> /tmp/{marker}; sleep 30"),
+    ];
     let mut tasks = Vec::new();
     for _ in 0..20 {
-        let (c, url, q) = (f.agent.client.clone(), f.agent.url("/v1/processes"), q.clone());
+        let (c, url, q) = (
+            f.agent.client.clone(),
+            f.agent.url("/v1/processes"),
+            q.clone(),
+        );
         tasks.push(tokio::spawn(async move {
-            let r = c.post(url).bearer_auth(TOKEN).json(&q).send().await.unwrap();
+            let r = c
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&q)
+                .send()
+                .await
+                .unwrap();
             assert_eq!(r.status().as_u16(), 200);
             r.json::<sandbox_api::wire::ProcessRecord>().await.unwrap()
         }));
@@ -294,7 +537,13 @@ async fn concurrent_starts_of_one_id_make_one_process() {
     let rootfs = f._base.join("rootfs");
     let lines = std::fs::read_to_string(rootfs.join("tmp").join(&marker)).unwrap();
     assert_eq!(lines, "started\n");
-    let (s, _) = f.agent.post(&format!("/v1/processes/{}/signal", q.exec_id), &json!({"signal": 9})).await;
+    let (s, _) = f
+        .agent
+        .post(
+            &format!("/v1/processes/{}/signal", q.exec_id),
+            &json!({"signal": 9}),
+        )
+        .await;
     assert_eq!(s, 200);
 }
 
@@ -311,9 +560,15 @@ async fn container_user_and_capabilities_apply() {
     let out = text(&f.agent.logs(&r.exec_id, "").await, None);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(&lines[..2], &["1000", "1000"], "{out}");
-    assert_eq!(lines[2], "CapEff:\t0000000000000000", "non-root has no effective caps: {out}");
+    assert_eq!(
+        lines[2], "CapEff:\t0000000000000000",
+        "non-root has no effective caps: {out}"
+    );
     assert_eq!(lines[3], lines[4], "bounding set is the container's: {out}");
-    assert!(!lines[3].ends_with("ffffffffff"), "not the host's full bounding set: {out}");
+    assert!(
+        !lines[3].ends_with("ffffffffff"),
+        "not the host's full bounding set: {out}"
+    );
 }
 
 #[tokio::test]
@@ -322,18 +577,39 @@ async fn unauthenticated_calls_are_refused() {
     let c = &f.agent.client;
     let r = c.get(f.agent.url("/v1/processes")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 401);
-    let r = c.get(f.agent.url("/v1/processes")).bearer_auth("wrong-token-wrong-token").send().await.unwrap();
+    let r = c
+        .get(f.agent.url("/v1/processes"))
+        .bearer_auth("wrong-token-wrong-token")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 401);
-    let r = c.post(f.agent.url("/v1/processes")).json(&req(&f.ctr, &["true"])).send().await.unwrap();
+    let r = c
+        .post(f.agent.url("/v1/processes"))
+        .json(&req(&f.ctr, &["true"]))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 401);
 }
 
 #[tokio::test]
 async fn forget_stops_and_deletes() {
     let f = fx();
-    let r = f.agent.start(&req(&f.ctr, &["sleep", "100"])).await.unwrap();
+    let r = f
+        .agent
+        .start(&req(&f.ctr, &["sleep", "100"]))
+        .await
+        .unwrap();
     let pgid = r.host_pid.unwrap();
-    let resp = f.agent.client.delete(f.agent.url(&format!("/v1/processes/{}", r.exec_id))).bearer_auth(TOKEN).send().await.unwrap();
+    let resp = f
+        .agent
+        .client
+        .delete(f.agent.url(&format!("/v1/processes/{}", r.exec_id)))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 204);
     assert!(group_members(pgid).is_empty());
     let (s, v) = f.agent.get(&format!("/v1/processes/{}", r.exec_id)).await;
@@ -345,16 +621,33 @@ async fn forget_stops_and_deletes() {
 async fn watch_streams_changes() {
     use futures::StreamExt;
     let f = fx();
-    let resp = f.agent.client.get(f.agent.url("/v1/watch")).bearer_auth(TOKEN).send().await.unwrap();
+    let resp = f
+        .agent
+        .client
+        .get(f.agent.url("/v1/watch"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
     let mut body = resp.bytes_stream();
-    let r = f.agent.start(&req(&f.ctr, &["sh", "-c", "sleep 0.2; exit 4"])).await.unwrap();
+    let r = f
+        .agent
+        .start(&req(&f.ctr, &["sh", "-c", "sleep 0.2; exit 4"]))
+        .await
+        .unwrap();
     let mut buf = Vec::new();
     let deadline = tokio::time::Instant::now() + T;
     loop {
-        let chunk = tokio::time::timeout_at(deadline, body.next()).await.expect("watch event").unwrap().unwrap();
+        let chunk = tokio::time::timeout_at(deadline, body.next())
+            .await
+            .expect("watch event")
+            .unwrap()
+            .unwrap();
         buf.extend_from_slice(&chunk);
         let text = String::from_utf8_lossy(&buf);
-        if text.lines().any(|l| l.contains(&r.exec_id) && l.contains("\"phase\":\"Exited\"") && l.contains("\"code\":4")) {
+        if text.lines().any(|l| {
+            l.contains(&r.exec_id) && l.contains("\"phase\":\"Exited\"") && l.contains("\"code\":4")
+        }) {
             break;
         }
     }

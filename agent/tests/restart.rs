@@ -19,7 +19,17 @@ async fn agent_sigkill_with_50_running_processes_keeps_exit_codes_exact() {
     let mut ids = Vec::new();
     for i in 0..50 {
         // Each prints while the agent is gone; the output must still be complete afterwards.
-        let q = req(&ctr, &["sh", "-c", &format!("for n in 1 2 3 4 5 6; do echo tick$n; sleep 0.5; done; exit {}", i % 50 + 1)]);
+        let q = req(
+            &ctr,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "for n in 1 2 3 4 5 6; do echo tick$n; sleep 0.5; done; exit {}",
+                    i % 50 + 1
+                ),
+            ],
+        );
         let r = agent.start(&q).await.unwrap();
         assert_eq!(r.phase, Phase::Running, "{r:?}");
         ids.push((r.exec_id.clone(), i % 50 + 1, q));
@@ -32,8 +42,11 @@ async fn agent_sigkill_with_50_running_processes_keeps_exit_codes_exact() {
     assert_eq!(again.exec_id, ids[0].0);
     for (id, code, _) in &ids {
         let r = agent.wait_final(id, T).await;
-        let exit = r.exit.clone().unwrap_or_else(|| panic!("{id}: no exit: {r:?}"));
-        assert_eq!(exit.code, *code as i32, "{id}: {r:?}");
+        let exit = r
+            .exit
+            .clone()
+            .unwrap_or_else(|| panic!("{id}: no exit: {r:?}"));
+        assert_eq!(exit.code, *code, "{id}: {r:?}");
         assert_eq!(r.end_reason, Some(EndReason::Exited));
         let out = text(&agent.logs(id, "").await, None);
         assert_eq!(out, "tick1\ntick2\ntick3\ntick4\ntick5\ntick6\n", "{id}");
@@ -52,7 +65,11 @@ async fn supervisor_killed_is_process_lost() {
     // While the agent runs: noticed through the supervisor's pidfd.
     let r = agent.start(&req(&ctr, &["sleep", "100"])).await.unwrap();
     let sup = supervisor_pid(&agent, &r.exec_id);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sup),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     let lost = agent.wait_final(&r.exec_id, T).await;
     assert_eq!(lost.phase, Phase::Error);
     assert_eq!(lost.error.as_ref().unwrap().code, ErrorCode::ProcessLost);
@@ -63,7 +80,11 @@ async fn supervisor_killed_is_process_lost() {
     let r = agent.start(&req(&ctr, &["sleep", "100"])).await.unwrap();
     let sup = supervisor_pid(&agent, &r.exec_id);
     agent.kill9();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sup),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     agent.spawn();
     let lost = agent.wait_final(&r.exec_id, T).await;
@@ -72,7 +93,9 @@ async fn supervisor_killed_is_process_lost() {
 }
 
 fn supervisor_pid(agent: &Agent, id: &str) -> i32 {
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(agent.state.join("procs").join(id).join("supervisor.json")).unwrap()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(agent.state.join("procs").join(id).join("supervisor.json")).unwrap(),
+    )
+    .unwrap();
     v["pid"].as_i64().unwrap() as i32
 }

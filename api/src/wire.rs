@@ -297,10 +297,7 @@ pub enum LogEvent {
     },
     /// Output between `from` and `to` was dropped by the retention cap.
     #[serde(rename_all = "camelCase")]
-    Truncated {
-        dropped_bytes: u64,
-        cursor: String,
-    },
+    Truncated { dropped_bytes: u64, cursor: String },
     /// No more output will come (process ended and output drained, or `maxBytes` hit).
     #[serde(rename_all = "camelCase")]
     End {
@@ -338,18 +335,24 @@ mod tests {
 
     #[test]
     fn probe_defaults() {
-        let r: Readiness =
-            serde_json::from_str(r#"{"probe":{"httpGet":{"port":8080}}}"#).unwrap();
+        let r: Readiness = serde_json::from_str(r#"{"probe":{"httpGet":{"port":8080}}}"#).unwrap();
         assert_eq!(r.period_millis, 500);
         assert_eq!(
             r.probe,
-            ProbeKind::HttpGet { port: 8080, path: "/".into(), status: StatusRange { min: 200, max: 399 } }
+            ProbeKind::HttpGet {
+                port: 8080,
+                path: "/".into(),
+                status: StatusRange { min: 200, max: 399 }
+            }
         );
     }
 
     #[test]
     fn log_event_shape() {
-        let e = LogEvent::Truncated { dropped_bytes: 5, cursor: "c1".into() };
+        let e = LogEvent::Truncated {
+            dropped_bytes: 5,
+            cursor: "c1".into(),
+        };
         assert_eq!(
             serde_json::to_string(&e).unwrap(),
             r#"{"type":"truncated","droppedBytes":5,"cursor":"c1"}"#

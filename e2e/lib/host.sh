@@ -134,7 +134,9 @@ cleanup_network() {
 # runs Kubernetes on the machine, so every KUBE-* chain is ours.
 cleanup_iptables() {
   local ipt t rule chain
-  if [ -x "$BIN/kube-proxy" ]; then "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
+  if [ -x "$BIN/kube-proxy" ] && { iptables-save; ip6tables-save; } 2>/dev/null | grep -q '^:KUBE-'; then
+    "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  fi
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
     for t in filter nat mangle; do

@@ -22,31 +22,45 @@ impl CriLookup {
     /// Connects lazily: an agent started before the runtime socket exists still comes up.
     pub fn new(socket: PathBuf) -> Result<Self, AgentError> {
         let path = socket.clone();
-        let channel = Endpoint::try_from("http://[::]:50051")
-            .map_err(|e| AgentError::Internal(e.to_string()))?
-            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-            }));
-        Ok(CriLookup { client: RuntimeServiceClient::new(channel), socket })
+        let channel =
+            Endpoint::try_from("http://[::]:50051")
+                .map_err(|e| AgentError::Internal(e.to_string()))?
+                .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?))
+                    }
+                }));
+        Ok(CriLookup {
+            client: RuntimeServiceClient::new(channel),
+            socket,
+        })
     }
 
     pub async fn find(&self, pod_uid: &str, container: &str) -> Result<ContainerInfo, AgentError> {
         let mut client = self.client.clone();
-        let rt = |e: tonic::Status| AgentError::Runtime(format!("CRI {}: {}", self.socket.display(), e.message()));
+        let rt = |e: tonic::Status| {
+            AgentError::Runtime(format!("CRI {}: {}", self.socket.display(), e.message()))
+        };
         let labels = HashMap::from([
             (POD_UID_LABEL.to_string(), pod_uid.to_string()),
             (CONTAINER_NAME_LABEL.to_string(), container.to_string()),
         ]);
         let list = client
             .list_containers(ListContainersRequest {
-                filter: Some(ContainerFilter { label_selector: labels, ..Default::default() }),
+                filter: Some(ContainerFilter {
+                    label_selector: labels,
+                    ..Default::default()
+                }),
             })
             .await
             .map_err(rt)?
             .into_inner()
             .containers;
-        let running = list.iter().filter(|c| c.state == ContainerState::ContainerRunning as i32).max_by_key(|c| c.created_at);
+        let running = list
+            .iter()
+            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
+            .max_by_key(|c| c.created_at);
         let Some(c) = running else {
             return Err(if list.is_empty() {
                 AgentError::ContainerNotFound {
@@ -63,7 +77,10 @@ impl CriLookup {
             });
         };
         let status = client
-            .container_status(ContainerStatusRequest { container_id: c.id.clone(), verbose: true })
+            .container_status(ContainerStatusRequest {
+                container_id: c.id.clone(),
+                verbose: true,
+            })
             .await
             .map_err(rt)?
             .into_inner();
@@ -71,8 +88,8 @@ impl CriLookup {
             .info
             .get("info")
             .ok_or_else(|| AgentError::Runtime("verbose ContainerStatus has no info".into()))?;
-        let info: serde_json::Value =
-            serde_json::from_str(info).map_err(|e| AgentError::Runtime(format!("ContainerStatus info: {e}")))?;
+        let info: serde_json::Value = serde_json::from_str(info)
+            .map_err(|e| AgentError::Runtime(format!("ContainerStatus info: {e}")))?;
         let pid = info["pid"].as_i64().unwrap_or(0) as i32;
         if pid <= 0 {
             return Err(AgentError::ContainerUnavailable {
@@ -83,10 +100,21 @@ impl CriLookup {
         }
         let spec = info["runtimeSpec"].clone();
         if !spec.is_object() {
-            return Err(AgentError::Runtime(format!("container {}: runtime did not report its OCI spec", c.id)));
+            return Err(AgentError::Runtime(format!(
+                "container {}: runtime did not report its OCI spec",
+                c.id
+            )));
         }
         // containerd: runc options may carry a custom root; otherwise the caller's default applies.
-        let runtime_root = info["runtimeOptions"]["root"].as_str().filter(|s| !s.is_empty()).map(str::to_string);
-        Ok(ContainerInfo { id: c.id.clone(), pid, spec, runtime_root })
+        let runtime_root = info["runtimeOptions"]["root"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
+        Ok(ContainerInfo {
+            id: c.id.clone(),
+            pid,
+            spec,
+            runtime_root,
+        })
     }
 }

@@ -25,7 +25,10 @@ pub fn validate_env(env: &[EnvVar]) -> Result<(), AgentError> {
             None
         };
         if let Some(why) = why {
-            return Err(AgentError::InvalidProcessEnvironment(format!("env[{i}] ({:?}): {why}", e.name)));
+            return Err(AgentError::InvalidProcessEnvironment(format!(
+                "env[{i}] ({:?}): {why}",
+                e.name
+            )));
         }
     }
     Ok(())
@@ -33,10 +36,16 @@ pub fn validate_env(env: &[EnvVar]) -> Result<(), AgentError> {
 
 pub fn validate_command(cmd: &[String]) -> Result<(), AgentError> {
     match cmd.first() {
-        None => Err(AgentError::InvalidRequest("command: must have at least one item".into())),
-        Some(a) if a.is_empty() => Err(AgentError::InvalidRequest("command[0]: must not be empty".into())),
+        None => Err(AgentError::InvalidRequest(
+            "command: must have at least one item".into(),
+        )),
+        Some(a) if a.is_empty() => Err(AgentError::InvalidRequest(
+            "command[0]: must not be empty".into(),
+        )),
         _ => match cmd.iter().position(|a| a.contains('\0')) {
-            Some(i) => Err(AgentError::InvalidRequest(format!("command[{i}]: contains a NUL byte"))),
+            Some(i) => Err(AgentError::InvalidRequest(format!(
+                "command[{i}]: contains a NUL byte"
+            ))),
             None => Ok(()),
         },
     }
@@ -60,21 +69,36 @@ pub fn merge_env(base: &[String], overlay: &[EnvVar]) -> Vec<String> {
 pub fn build_process(container_spec: &Value, req: &StartRequest) -> Result<Value, AgentError> {
     validate_command(&req.command)?;
     validate_env(&req.env)?;
-    let mut process = container_spec.get("process").cloned().unwrap_or_else(|| json!({}));
+    let mut process = container_spec
+        .get("process")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
     let obj = process
         .as_object_mut()
         .ok_or_else(|| AgentError::Internal("container spec has no process object".into()))?;
     let base_env: Vec<String> = obj
         .get("env")
         .and_then(|v| v.as_array())
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default();
     let cwd = match &req.working_dir {
         Some(d) => d.clone(),
-        None => obj.get("cwd").and_then(|c| c.as_str()).filter(|c| !c.is_empty()).unwrap_or("/").to_string(),
+        None => obj
+            .get("cwd")
+            .and_then(|c| c.as_str())
+            .filter(|c| !c.is_empty())
+            .unwrap_or("/")
+            .to_string(),
     };
     if !cwd.starts_with('/') {
-        return Err(AgentError::InvalidProcessCwd { cwd, reason: "must be an absolute path".into() });
+        return Err(AgentError::InvalidProcessCwd {
+            cwd,
+            reason: "must be an absolute path".into(),
+        });
     }
     obj.insert("args".into(), json!(req.command));
     obj.insert("env".into(), json!(merge_env(&base_env, &req.env)));
@@ -109,19 +133,37 @@ fn open_in_root(root: &std::os::fd::OwnedFd, path: &str) -> nix::Result<std::fs:
 /// symlink cannot point the host-root agent at host files.
 pub fn precheck_in_root(root: &Path, process: &Value) -> Result<(), AgentError> {
     let rootfd: std::os::fd::OwnedFd = std::fs::File::open(root)
-        .map_err(|e| AgentError::Internal(format!("opening container root {}: {e}", root.display())))?
+        .map_err(|e| {
+            AgentError::Internal(format!("opening container root {}: {e}", root.display()))
+        })?
         .into();
     let cwd = process["cwd"].as_str().unwrap_or("/");
     match open_in_root(&rootfd, cwd).map(|f| f.metadata()) {
         Ok(Ok(m)) if m.is_dir() => {}
         Ok(Ok(_)) => {
-            return Err(AgentError::InvalidProcessCwd { cwd: cwd.into(), reason: "not a directory".into() })
+            return Err(AgentError::InvalidProcessCwd {
+                cwd: cwd.into(),
+                reason: "not a directory".into(),
+            })
         }
-        Ok(Err(e)) => return Err(AgentError::InvalidProcessCwd { cwd: cwd.into(), reason: e.to_string() }),
-        Err(e) => return Err(AgentError::InvalidProcessCwd { cwd: cwd.into(), reason: e.desc().into() }),
+        Ok(Err(e)) => {
+            return Err(AgentError::InvalidProcessCwd {
+                cwd: cwd.into(),
+                reason: e.to_string(),
+            })
+        }
+        Err(e) => {
+            return Err(AgentError::InvalidProcessCwd {
+                cwd: cwd.into(),
+                reason: e.desc().into(),
+            })
+        }
     }
     let argv0 = process["args"][0].as_str().unwrap_or_default();
-    let spawn_err = |reason: String| AgentError::ProcessSpawnFailed { argv0: argv0.to_string(), reason };
+    let spawn_err = |reason: String| AgentError::ProcessSpawnFailed {
+        argv0: argv0.to_string(),
+        reason,
+    };
     let check = |path: &str| -> Result<(), String> {
         let f = open_in_root(&rootfd, path).map_err(|e| e.desc().to_string())?;
         let m = f.metadata().map_err(|e| e.to_string())?;
@@ -134,11 +176,18 @@ pub fn precheck_in_root(root: &Path, process: &Value) -> Result<(), AgentError> 
         Ok(())
     };
     if argv0.contains('/') {
-        let full = if argv0.starts_with('/') { argv0.to_string() } else { format!("{cwd}/{argv0}") };
+        let full = if argv0.starts_with('/') {
+            argv0.to_string()
+        } else {
+            format!("{cwd}/{argv0}")
+        };
         return check(&full).map_err(spawn_err);
     }
     let mut last = None;
-    for dir in process_env_path(process).split(':').filter(|d| !d.is_empty()) {
+    for dir in process_env_path(process)
+        .split(':')
+        .filter(|d| !d.is_empty())
+    {
         match check(&format!("{dir}/{argv0}")) {
             Ok(()) => return Ok(()),
             Err(e) if e.contains("No such file") => {}
@@ -169,7 +218,16 @@ mod tests {
             "user": {"uid": 1000, "gid": 1000}, "capabilities": {"bounding": []}, "terminal": true}});
         let p = build_process(
             &spec,
-            &req(vec![EnvVar { name: "A".into(), value: "2".into() }, EnvVar { name: "B".into(), value: "x=y".into() }]),
+            &req(vec![
+                EnvVar {
+                    name: "A".into(),
+                    value: "2".into(),
+                },
+                EnvVar {
+                    name: "B".into(),
+                    value: "x=y".into(),
+                },
+            ]),
         )
         .unwrap();
         assert_eq!(p["env"], json!(["PATH=/bin", "A=2", "B=x=y"]));
@@ -182,9 +240,18 @@ mod tests {
     #[test]
     fn bad_env_names_the_entry() {
         for (name, frag) in [("", "env[0]"), ("A=B", "'='")] {
-            let err = build_process(&json!({"process": {}}), &req(vec![EnvVar { name: name.into(), value: "v".into() }]))
-                .unwrap_err();
-            assert_eq!(err.code(), sandbox_api::wire::ErrorCode::InvalidProcessEnvironment);
+            let err = build_process(
+                &json!({"process": {}}),
+                &req(vec![EnvVar {
+                    name: name.into(),
+                    value: "v".into(),
+                }]),
+            )
+            .unwrap_err();
+            assert_eq!(
+                err.code(),
+                sandbox_api::wire::ErrorCode::InvalidProcessEnvironment
+            );
             assert!(err.to_string().contains(frag), "{err}");
         }
     }
@@ -212,7 +279,11 @@ mod tests {
         assert!(precheck_in_root(root.path(), &p("tool", "/work")).is_ok());
         assert!(precheck_in_root(root.path(), &p("/bin/tool", "/")).is_ok());
         let e = precheck_in_root(root.path(), &p("tool", "/work/etc")).unwrap_err();
-        assert_eq!(e.code(), sandbox_api::wire::ErrorCode::InvalidProcessCwd, "{e}");
+        assert_eq!(
+            e.code(),
+            sandbox_api::wire::ErrorCode::InvalidProcessCwd,
+            "{e}"
+        );
         let e = precheck_in_root(root.path(), &p("nope", "/")).unwrap_err();
         assert!(e.to_string().contains("not found in $PATH"), "{e}");
         let e = precheck_in_root(root.path(), &p("data", "/")).unwrap_err();

@@ -22,13 +22,25 @@ impl RuncStateLookup {
         let entries = fs::read_dir(&self.root)
             .map_err(|e| not_found(format!("reading runtime root {}: {e}", self.root.display())))?;
         for entry in entries.flatten() {
-            let Ok(state) = fs::read(entry.path().join("state.json")) else { continue };
-            let Ok(state) = serde_json::from_slice::<serde_json::Value>(&state) else { continue };
-            let Some(bundle) = bundle_of(&state) else { continue };
-            let Ok(spec) = fs::read(PathBuf::from(&bundle).join("config.json")) else { continue };
-            let Ok(spec) = serde_json::from_slice::<serde_json::Value>(&spec) else { continue };
+            let Ok(state) = fs::read(entry.path().join("state.json")) else {
+                continue;
+            };
+            let Ok(state) = serde_json::from_slice::<serde_json::Value>(&state) else {
+                continue;
+            };
+            let Some(bundle) = bundle_of(&state) else {
+                continue;
+            };
+            let Ok(spec) = fs::read(PathBuf::from(&bundle).join("config.json")) else {
+                continue;
+            };
+            let Ok(spec) = serde_json::from_slice::<serde_json::Value>(&spec) else {
+                continue;
+            };
             let ann = &spec["annotations"];
-            if ann[POD_UID_LABEL].as_str() != Some(pod_uid) || ann[CONTAINER_NAME_LABEL].as_str() != Some(container) {
+            if ann[POD_UID_LABEL].as_str() != Some(pod_uid)
+                || ann[CONTAINER_NAME_LABEL].as_str() != Some(container)
+            {
                 continue;
             }
             let id = state["id"].as_str().unwrap_or_default().to_string();
@@ -41,9 +53,17 @@ impl RuncStateLookup {
                     detail: format!("container {id} has no running init process"),
                 });
             }
-            return Ok(ContainerInfo { id, pid, spec, runtime_root: Some(self.root.display().to_string()) });
+            return Ok(ContainerInfo {
+                id,
+                pid,
+                spec,
+                runtime_root: Some(self.root.display().to_string()),
+            });
         }
-        Err(not_found(format!("no container with these labels under {}", self.root.display())))
+        Err(not_found(format!(
+            "no container with these labels under {}",
+            self.root.display()
+        )))
     }
 }
 

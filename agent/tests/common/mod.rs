@@ -14,12 +14,20 @@ pub const TOKEN: &str = "test-token-0123456789abcdef";
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 pub fn uniq(prefix: &str) -> String {
-    format!("{prefix}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -35,19 +43,30 @@ pub fn rootfs(base: &Path) -> PathBuf {
     if root.join("bin/sh").exists() {
         return root;
     }
-    for d in ["bin", "tmp", "etc", "proc", "dev", "sys", "www", "work", "home/app"] {
+    for d in [
+        "bin", "tmp", "etc", "proc", "dev", "sys", "www", "work", "home/app",
+    ] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
-    std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("busybox-static is needed (/bin/busybox)");
+    std::fs::copy("/bin/busybox", root.join("bin/busybox"))
+        .expect("busybox-static is needed (/bin/busybox)");
     let list = run(Command::new("/bin/busybox").arg("--list"));
     for applet in list.lines().filter(|a| !a.is_empty() && *a != "busybox") {
         let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
     }
-    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\n").unwrap();
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\n",
+    )
+    .unwrap();
     std::fs::write(root.join("etc/group"), "root:x:0:\napp:x:1000:\n").unwrap();
     std::fs::write(root.join("www/index.html"), "hello\n").unwrap();
     std::fs::write(root.join("etc/not-executable"), "data\n").unwrap();
-    std::fs::set_permissions(root.join("tmp"), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(
+        root.join("tmp"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
     // Marker last: a rootfs with bin/sh is complete.
     std::os::unix::fs::symlink("busybox", root.join("bin/sh")).ok();
     root
@@ -69,7 +88,8 @@ impl Container {
         let bundle = base.join("bundles").join(&id);
         std::fs::create_dir_all(&bundle).unwrap();
         run(Command::new(runc()).arg("spec").current_dir(&bundle));
-        let mut spec: Value = serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
+        let mut spec: Value =
+            serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
         let pod_uid = uniq("pod");
         spec["root"] = json!({"path": rootfs, "readonly": false});
         spec["process"]["terminal"] = json!(false);
@@ -83,7 +103,11 @@ impl Container {
             "io.kubernetes.container.name": "main",
         });
         spec["linux"]["cgroupsPath"] = json!(format!("/spo-agent-test/{id}"));
-        std::fs::write(bundle.join("config.json"), serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+        std::fs::write(
+            bundle.join("config.json"),
+            serde_json::to_vec_pretty(&spec).unwrap(),
+        )
+        .unwrap();
         let st = Command::new(runc())
             .arg("--root")
             .arg(runc_root)
@@ -96,19 +120,31 @@ impl Container {
             .status()
             .unwrap();
         assert!(st.success(), "runc run failed");
-        Container { id, pod_uid, name: "main".into(), runc_root: runc_root.to_path_buf(), bundle }
+        Container {
+            id,
+            pod_uid,
+            name: "main".into(),
+            runc_root: runc_root.to_path_buf(),
+            bundle,
+        }
     }
 
     pub fn init_pid(&self) -> i32 {
-        let state: Value =
-            serde_json::from_str(&run(Command::new(runc()).arg("--root").arg(&self.runc_root).args(["state", &self.id])))
-                .unwrap();
+        let state: Value = serde_json::from_str(&run(Command::new(runc())
+            .arg("--root")
+            .arg(&self.runc_root)
+            .args(["state", &self.id])))
+        .unwrap();
         state["pid"].as_i64().unwrap() as i32
     }
 
     /// Stops the container under any running exec (as a pod container stop would).
     pub fn kill(&self) {
-        let _ = Command::new(runc()).arg("--root").arg(&self.runc_root).args(["kill", "--all", &self.id, "KILL"]).status();
+        let _ = Command::new(runc())
+            .arg("--root")
+            .arg(&self.runc_root)
+            .args(["kill", "--all", &self.id, "KILL"])
+            .status();
     }
 }
 
@@ -153,11 +189,21 @@ impl Agent {
     pub fn spawn(&mut self) {
         let token = self.base.join("token");
         std::fs::write(&token, TOKEN).unwrap();
-        let port = if self.addr.is_empty() { free_port() } else { self.addr.rsplit(':').next().unwrap().parse().unwrap() };
+        let port = if self.addr.is_empty() {
+            free_port()
+        } else {
+            self.addr.rsplit(':').next().unwrap().parse().unwrap()
+        };
         self.addr = format!("127.0.0.1:{port}");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.base.join(format!("agent-{port}.log"))).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.base.join(format!("agent-{port}.log")))
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_sandbox-agent"))
-            .args(["serve", "--lookup", "runc", "--auth", "static", "--listen", &self.addr])
+            .args([
+                "serve", "--lookup", "runc", "--auth", "static", "--listen", &self.addr,
+            ])
             .arg("--token-file")
             .arg(&token)
             .arg("--state-dir")
@@ -182,6 +228,10 @@ impl Agent {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -194,19 +244,34 @@ impl Agent {
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = self.client.post(self.url(path)).bearer_auth(TOKEN).json(body).send().await.unwrap();
+        let r = self
+            .client
+            .post(self.url(path))
+            .bearer_auth(TOKEN)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self.client.get(self.url(path)).bearer_auth(TOKEN).send().await.unwrap();
+        let r = self
+            .client
+            .get(self.url(path))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn start(&self, req: &StartRequest) -> Result<ProcessRecord, (u16, Value)> {
-        let (s, v) = self.post("/v1/processes", &serde_json::to_value(req).unwrap()).await;
+        let (s, v) = self
+            .post("/v1/processes", &serde_json::to_value(req).unwrap())
+            .await;
         if s == 200 {
             Ok(serde_json::from_value(v).unwrap())
         } else {
@@ -227,19 +292,31 @@ impl Agent {
             if r.is_final() {
                 return r;
             }
-            assert!(Instant::now() < deadline, "{id} not final in {within:?}: {r:?}");
+            assert!(
+                Instant::now() < deadline,
+                "{id} not final in {within:?}: {r:?}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
-    pub async fn wait_for(&self, id: &str, within: Duration, what: &str, f: impl Fn(&ProcessRecord) -> bool) -> ProcessRecord {
+    pub async fn wait_for(
+        &self,
+        id: &str,
+        within: Duration,
+        what: &str,
+        f: impl Fn(&ProcessRecord) -> bool,
+    ) -> ProcessRecord {
         let deadline = Instant::now() + within;
         loop {
             let r = self.record(id).await;
             if f(&r) {
                 return r;
             }
-            assert!(Instant::now() < deadline, "{id}: {what} not reached in {within:?}: {r:?}");
+            assert!(
+                Instant::now() < deadline,
+                "{id}: {what} not reached in {within:?}: {r:?}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -255,7 +332,9 @@ impl Agent {
             .unwrap();
         assert_eq!(r.status().as_u16(), 200, "logs {id}?{query}");
         let body = r.text().await.unwrap();
-        body.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        body.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 }
 
@@ -271,7 +350,11 @@ pub fn free_port() -> u16 {
     static USED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut used = USED.lock().unwrap();
     loop {
-        let p = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let p = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         if !used.contains(&p) {
             used.push(p);
             return p;
@@ -293,10 +376,17 @@ pub fn req(c: &Container, cmd: &[&str]) -> StartRequest {
 pub fn text(events: &[LogEvent], stream: Option<&str>) -> String {
     let mut out = Vec::new();
     for e in events {
-        if let LogEvent::Data { stream: s, data, .. } = e {
+        if let LogEvent::Data {
+            stream: s, data, ..
+        } = e
+        {
             let name = format!("{s:?}").to_lowercase();
             if stream.is_none_or(|want| want == name) {
-                out.extend(base64::engine::general_purpose::STANDARD.decode(data).unwrap());
+                out.extend(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(data)
+                        .unwrap(),
+                );
             }
         }
     }
@@ -307,9 +397,15 @@ pub fn text(events: &[LogEvent], stream: Option<&str>) -> String {
 pub fn group_members(pgid: i32) -> Vec<i32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
         let f: Vec<&str> = rest.split_whitespace().collect();
         if f.len() > 2 && f[2] == pgid.to_string() && f[0] != "Z" {
             out.push(pid);
@@ -320,11 +416,15 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
 
 /// A scratch directory for the test binary under the target dir (runc needs a real fs path).
 pub fn base_dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let d =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
 pub fn require_root() {
-    assert!(nix::unistd::geteuid().is_root(), "these tests start real containers and must run as root");
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "these tests start real containers and must run as root"
+    );
 }
