@@ -187,7 +187,8 @@ impl Agent {
 
     /// (Re)starts the agent process on the same state dir and port.
     pub fn spawn(&mut self) {
-        let token = self.base.join("token");
+        // Per agent: tests run in parallel and must not see each other's half-written file.
+        let token = self.state.with_extension("token");
         std::fs::write(&token, TOKEN).unwrap();
         let port = if self.addr.is_empty() {
             free_port()
