@@ -566,14 +566,24 @@ impl Supervisor {
                 if !ready {
                     continue;
                 }
-                let Some(fd) = self.out[idx].as_ref() else {
-                    continue;
-                };
-                match nix::unistd::read(fd, &mut buf) {
-                    Ok(0) => self.out[idx] = None,
-                    Ok(n) => self.on_output(idx, &buf[..n])?,
-                    Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
-                    Err(_) => self.out[idx] = None,
+                // A full buffer means more is waiting: keep reading (bounded, so control requests
+                // and the other stream still get their turn) instead of going back to poll.
+                for _ in 0..8 {
+                    let Some(fd) = self.out[idx].as_ref() else {
+                        break;
+                    };
+                    match nix::unistd::read(fd, &mut buf) {
+                        Ok(0) => self.out[idx] = None,
+                        Ok(n) => {
+                            self.on_output(idx, &buf[..n])?;
+                            if n == buf.len() {
+                                continue;
+                            }
+                        }
+                        Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
+                        Err(_) => self.out[idx] = None,
+                    }
+                    break;
                 }
             }
             if ready_sig {
