@@ -28,15 +28,26 @@ pub struct TokenReviewer {
     /// `system:serviceaccount:<namespace>:<name>`
     pub allowed_user: String,
     api: String,
+    /// Credentials for the TokenReview call itself (re-read: kubelet rotates projected tokens).
+    own_token: String,
     client: reqwest::Client,
     cache: Mutex<HashMap<[u8; 32], Instant>>,
 }
 
-impl TokenReviewer {
-    /// Uses the in-cluster API endpoint and this pod's ServiceAccount credentials.
-    pub fn in_cluster(audience: String, allowed_user: String) -> Result<Self, AgentError> {
+/// Where the API server is and how the agent authenticates to it.
+pub struct ApiAccess {
+    pub url: String,
+    pub ca_file: String,
+    pub token_file: String,
+}
+
+impl ApiAccess {
+    /// The pod's own: the `kubernetes` Service and the mounted ServiceAccount.
+    pub fn in_cluster() -> Result<Self, AgentError> {
         let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
-            AgentError::Internal("KUBERNETES_SERVICE_HOST not set: not running in a pod".into())
+            AgentError::Internal(
+                "KUBERNETES_SERVICE_HOST not set: not running in a pod (see --api-server)".into(),
+            )
         })?;
         let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
         let host = if host.contains(':') {
@@ -44,8 +55,29 @@ impl TokenReviewer {
         } else {
             host
         };
-        let ca = std::fs::read(format!("{SA_DIR}/ca.crt"))
-            .map_err(AgentError::io("reading service account CA"))?;
+        Ok(ApiAccess {
+            url: format!("https://{host}:{port}"),
+            ca_file: format!("{SA_DIR}/ca.crt"),
+            token_file: format!("{SA_DIR}/token"),
+        })
+    }
+}
+
+impl TokenReviewer {
+    pub fn new(
+        access: ApiAccess,
+        audience: String,
+        allowed_user: String,
+    ) -> Result<Self, AgentError> {
+        if !allowed_user.starts_with("system:serviceaccount:")
+            || allowed_user.split(':').count() != 4
+        {
+            return Err(AgentError::InvalidRequest(format!(
+                "--allowed-user {allowed_user:?}: must be system:serviceaccount:<namespace>:<name>"
+            )));
+        }
+        let ca = std::fs::read(&access.ca_file)
+            .map_err(AgentError::io(format!("reading API CA {}", access.ca_file)))?;
         let ca = reqwest::Certificate::from_pem(&ca)
             .map_err(|e| AgentError::Internal(format!("service account CA: {e}")))?;
         let client = reqwest::Client::builder()
@@ -57,7 +89,8 @@ impl TokenReviewer {
         Ok(TokenReviewer {
             audience,
             allowed_user,
-            api: format!("https://{host}:{port}"),
+            api: access.url,
+            own_token: access.token_file,
             client,
             cache: Mutex::new(HashMap::new()),
         })
@@ -71,7 +104,7 @@ impl TokenReviewer {
             }
         }
         // The agent's own token (rotated by kubelet) authorizes the TokenReview call.
-        let own = std::fs::read_to_string(format!("{SA_DIR}/token"))
+        let own = std::fs::read_to_string(&self.own_token)
             .map_err(AgentError::io("reading own token"))?;
         let body = json!({
             "apiVersion": "authentication.k8s.io/v1",

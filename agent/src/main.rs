@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
-use sandbox_agent::auth::{Auth, TokenReviewer};
+use sandbox_agent::auth::{ApiAccess, Auth, TokenReviewer};
 use sandbox_agent::layout::Layout;
 use sandbox_agent::registry::{Config, Registry};
 use sandbox_agent::runtime::{cri::CriLookup, runc_state::RuncStateLookup, Lookup};
@@ -98,6 +98,14 @@ struct Serve {
     allowed_user: Option<String>,
     #[arg(long, default_value = "/proc")]
     proc_root: String,
+    /// API server for TokenReview when not running in a pod (with --api-ca-file, --api-token-file).
+    #[arg(long, requires_all = ["api_ca_file", "api_token_file"])]
+    api_server: Option<String>,
+    #[arg(long)]
+    api_ca_file: Option<String>,
+    /// Token allowed to create TokenReviews (system:auth-delegator).
+    #[arg(long)]
+    api_token_file: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -158,7 +166,15 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
                 .allowed_user
                 .clone()
                 .context("--auth token-review needs --allowed-user")?;
-            Auth::TokenReview(TokenReviewer::in_cluster(s.audience.clone(), user)?)
+            let access = match &s.api_server {
+                Some(url) => ApiAccess {
+                    url: url.clone(),
+                    ca_file: s.api_ca_file.clone().unwrap_or_default(),
+                    token_file: s.api_token_file.clone().unwrap_or_default(),
+                },
+                None => ApiAccess::in_cluster()?,
+            };
+            Auth::TokenReview(TokenReviewer::new(access, s.audience.clone(), user)?)
         }
     };
     let supervisor_bin = match &s.supervisor_binary {

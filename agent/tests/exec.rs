@@ -653,3 +653,23 @@ async fn watch_streams_changes() {
     }
     assert!(String::from_utf8_lossy(&buf).contains("{\"type\":\"synced\"}"));
 }
+
+#[tokio::test]
+async fn oom_kill_is_reported() {
+    require_root();
+    let base = base_dir("exec");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start_with(&base, &runc_root, 0, Some(32 << 20));
+    let agent = Agent::launch(&base, &runc_root, &[]);
+    // dd allocates its block size: 256 MiB in a 32 MiB container.
+    let r = agent
+        .start(&req(
+            &ctr,
+            &["dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"],
+        ))
+        .await
+        .unwrap();
+    let r = agent.wait_final(&r.exec_id, T).await;
+    assert_eq!(r.end_reason, Some(EndReason::OOMKilled), "{r:?}");
+    assert_eq!(r.exit.unwrap().signal, Some(9));
+}

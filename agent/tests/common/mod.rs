@@ -83,6 +83,16 @@ pub struct Container {
 impl Container {
     /// Starts `sleep` as the container's init with the given user (uid, gid).
     pub fn start(base: &Path, runc_root: &Path, uid: u32) -> Container {
+        Self::start_with(base, runc_root, uid, None)
+    }
+
+    /// Like `start`, with a memory limit (bytes) on the container's cgroup.
+    pub fn start_with(
+        base: &Path,
+        runc_root: &Path,
+        uid: u32,
+        memory_limit: Option<u64>,
+    ) -> Container {
         let rootfs = rootfs(base);
         let id = uniq("ctr");
         let bundle = base.join("bundles").join(&id);
@@ -103,6 +113,9 @@ impl Container {
             "io.kubernetes.container.name": "main",
         });
         spec["linux"]["cgroupsPath"] = json!(format!("/spo-agent-test/{id}"));
+        if let Some(limit) = memory_limit {
+            spec["linux"]["resources"]["memory"] = json!({"limit": limit, "swap": limit});
+        }
         std::fs::write(
             bundle.join("config.json"),
             serde_json::to_vec_pretty(&spec).unwrap(),
