@@ -82,8 +82,10 @@ struct Serve {
     /// Leave supervisors in the agent's own cgroup (only for clusterless testing).
     #[arg(long)]
     no_supervisor_cgroup: bool,
-    #[arg(long, default_value = "/sys/fs/cgroup")]
-    cgroup_root: PathBuf,
+    /// The host's cgroup filesystem. Default: /sys/fs/cgroup, or /proc/1/root/sys/fs/cgroup with
+    /// --host-mount-ns (a container's own /sys/fs/cgroup shows only its own cgroup).
+    #[arg(long)]
+    cgroup_root: Option<PathBuf>,
     /// Output kept per process; older output is dropped with an explicit gap marker.
     #[arg(long, default_value_t = 64 << 20)]
     log_retention_bytes: u64,
@@ -199,7 +201,14 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
             supervisor_bin,
             host_mount_ns: s.host_mount_ns.clone(),
             cgroup: (!s.no_supervisor_cgroup).then(|| s.supervisor_cgroup.clone()),
-            cgroup_root: s.cgroup_root.clone(),
+            cgroup_root: s.cgroup_root.clone().unwrap_or_else(|| {
+                if s.host_mount_ns.is_some() {
+                    "/proc/1/root/sys/fs/cgroup"
+                } else {
+                    "/sys/fs/cgroup"
+                }
+                .into()
+            }),
         },
         runtime_binary: s.runtime_binary.clone(),
         default_runtime_root: s.runtime_root.clone(),
