@@ -1,1 +1,3 @@
+#[cfg(feature = "crd")]
+pub mod crd;
 pub mod wire;

@@ -1,0 +1,687 @@
+//! The `SandboxProcess` custom resource (`sandbox.dev/v1alpha1`): one process run inside a pod's
+//! container by the node agent, with its status.
+//!
+//! Validation lives in two places that must agree:
+//! - the OpenAPI schema of the CRD (bounds, patterns, defaults and CEL `x-kubernetes-validations`,
+//!   including the immutability rules), enforced by the API server at apply;
+//! - [`SandboxProcessSpec::validate`], the same rules as a pure function (plus what CEL cannot
+//!   check, such as whether `logMatch.pattern` is a valid regex), used by the operator before it
+//!   asks an agent to start anything.
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of every resource of this project.
+pub const GROUP: &str = "sandbox.dev";
+/// The version of [`SandboxProcess`].
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of [`SandboxProcess`], as written in manifests and server-side apply patches.
+pub const API_VERSION: &str = "sandbox.dev/v1alpha1";
+/// `kind` of [`SandboxProcess`].
+pub const KIND: &str = "SandboxProcess";
+
+/// Upper bounds that keep the CEL rules' estimated cost under the API server's budget.
+pub const MAX_ARGS: usize = 1024;
+pub const MAX_ARG_LEN: usize = 32768;
+pub const MAX_ENV: usize = 256;
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// A process to run inside a container of a pod in the same namespace, as `kubectl exec` would.
+/// Everything except `stop` and `ttlSecondsAfterFinished` is immutable after creation.
+// The printcolumn entries repeat `type_ = ...`, which clippy mistakes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "sandbox.dev",
+    version = "v1alpha1",
+    kind = "SandboxProcess",
+    plural = "sandboxprocesses",
+    shortname = "sbp",
+    category = "sandbox",
+    namespaced,
+    status = "SandboxProcessStatus",
+    derive = "PartialEq",
+    doc = "A process run inside a pod's container by the sandbox node agent.",
+    printcolumn(name = "Pod", type_ = "string", json_path = ".spec.podName"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Exit", type_ = "integer", json_path = ".status.exit.code"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.endReason"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.podName == oldSelf.podName", "message": "podName is immutable", "fieldPath": ".podName"},
+    {"rule": "has(self.container) == has(oldSelf.container) && (!has(self.container) || self.container == oldSelf.container)", "message": "container is immutable", "fieldPath": ".container"},
+    {"rule": "self.command == oldSelf.command", "message": "command is immutable", "fieldPath": ".command"},
+    {"rule": "has(self.workingDir) == has(oldSelf.workingDir) && (!has(self.workingDir) || self.workingDir == oldSelf.workingDir)", "message": "workingDir is immutable", "fieldPath": ".workingDir"},
+    {"rule": "has(self.env) == has(oldSelf.env) && (!has(self.env) || self.env == oldSelf.env)", "message": "env is immutable", "fieldPath": ".env"},
+    {"rule": "has(self.timeoutSeconds) == has(oldSelf.timeoutSeconds) && (!has(self.timeoutSeconds) || self.timeoutSeconds == oldSelf.timeoutSeconds)", "message": "timeoutSeconds is immutable", "fieldPath": ".timeoutSeconds"},
+    {"rule": "has(self.readiness) == has(oldSelf.readiness) && (!has(self.readiness) || self.readiness == oldSelf.readiness)", "message": "readiness is immutable", "fieldPath": ".readiness"},
+    {"rule": "self.stopSignal == oldSelf.stopSignal", "message": "stopSignal is immutable", "fieldPath": ".stopSignal"},
+    {"rule": "self.terminationGracePeriodSeconds == oldSelf.terminationGracePeriodSeconds", "message": "terminationGracePeriodSeconds is immutable", "fieldPath": ".terminationGracePeriodSeconds"}
+]))]
+pub struct SandboxProcessSpec {
+    /// Target pod, in the same namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub pod_name: String,
+
+    /// Container of the pod. Default: the pod's `kubectl.kubernetes.io/default-container`
+    /// annotation, else its first container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub container: Option<String>,
+
+    /// argv of the process (no shell); the first item is the executable.
+    #[schemars(length(min = 1, max = 1024), inner(length(max = 32768)))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "size(self) == 0 || self[0] != ''", "message": "command[0] (the executable) must not be empty"}
+    ]))]
+    pub command: Vec<String>,
+
+    /// Working directory (absolute). Default: the container's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.startsWith('/')", "message": "workingDir must be an absolute path"}
+    ]))]
+    pub working_dir: Option<String>,
+
+    /// Environment overlaid on the container's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub env: Vec<EnvVar>,
+
+    /// Lifetime in seconds; on expiry the process is stopped (`endReason: TimedOut`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: Option<i64>,
+
+    /// When the process counts as ready. Without it, started = ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<ReadinessSpec>,
+
+    /// `true`: send `stopSignal` to the process group, SIGKILL after
+    /// `terminationGracePeriodSeconds`.
+    #[serde(default)]
+    pub stop: bool,
+
+    /// Signal sent on stop and timeout.
+    #[serde(default = "default_stop_signal")]
+    #[schemars(range(min = 1, max = 64))]
+    pub stop_signal: i32,
+
+    /// Seconds between the stop signal and SIGKILL.
+    #[serde(default = "default_grace")]
+    #[schemars(range(min = 0))]
+    pub termination_grace_period_seconds: i64,
+
+    /// Delete this object that many seconds after the process ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds_after_finished: Option<i64>,
+}
+
+fn default_stop_signal() -> i32 {
+    15
+}
+
+fn default_grace() -> i64 {
+    5
+}
+
+/// One environment variable.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct EnvVar {
+    #[schemars(length(min = 1, max = 256))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "!self.contains('=')", "message": "env name must not contain '='"}
+    ]))]
+    pub name: String,
+    #[serde(default)]
+    #[schemars(length(max = 32768))]
+    pub value: String,
+}
+
+/// Readiness: exactly one of `tcpSocket`, `httpGet`, `logMatch`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "(has(self.tcpSocket) ? 1 : 0) + (has(self.httpGet) ? 1 : 0) + (has(self.logMatch) ? 1 : 0) == 1",
+     "message": "readiness must set exactly one of tcpSocket, httpGet, logMatch"}
+]))]
+pub struct ReadinessSpec {
+    /// Ready once a TCP connection to the port (in the pod's network namespace) succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_socket: Option<TcpSocketProbe>,
+    /// Ready once an HTTP GET returns a status in the range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_get: Option<HttpGetProbe>,
+    /// Ready once a line of output matches the pattern.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_match: Option<LogMatchProbe>,
+    /// Probe period in milliseconds.
+    #[serde(default = "default_period")]
+    #[schemars(range(min = 10, max = 3_600_000))]
+    pub period_millis: i64,
+    /// Not ready by then → `Ready=False`, reason `ReadinessTimeout`; the process keeps running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: Option<i64>,
+}
+
+fn default_period() -> i64 {
+    500
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct TcpSocketProbe {
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct HttpGetProbe {
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    #[serde(default = "default_path")]
+    #[schemars(length(min = 1, max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.startsWith('/')", "message": "httpGet.path must start with '/'"}
+    ]))]
+    pub path: String,
+    /// Accepted status codes (inclusive). Default 200–399.
+    #[serde(default)]
+    pub status: StatusRange,
+}
+
+fn default_path() -> String {
+    "/".into()
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.min <= self.max", "message": "status.min must not exceed status.max"}
+]))]
+pub struct StatusRange {
+    #[schemars(range(min = 100, max = 599))]
+    pub min: i32,
+    #[schemars(range(min = 100, max = 599))]
+    pub max: i32,
+}
+
+impl Default for StatusRange {
+    fn default() -> Self {
+        StatusRange { min: 200, max: 399 }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct LogMatchProbe {
+    /// Regular expression matched against each line.
+    #[schemars(length(min = 1, max = 1024))]
+    pub pattern: String,
+    #[serde(default)]
+    pub stream: LogStream,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum LogStream {
+    Stdout,
+    Stderr,
+    #[default]
+    Both,
+}
+
+/// Observed state, written by the operator only.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxProcessStatus {
+    /// `metadata.generation` this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Node of the pod the process was started in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// UID of the pod the process was started in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "podUID")]
+    pub pod_uid: Option<String>,
+    /// Runtime ID of the container the process runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "containerID")]
+    pub container_id: Option<String>,
+    /// PID as seen inside the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_reason: Option<EndReason>,
+    /// Set when `phase` is `Error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ProcessError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputStatus>,
+    /// `Ready`, `Succeeded`, `Reconciling`, `Stalled` (kstatus-compatible).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Phase {
+    Pending,
+    Running,
+    Exited,
+    Error,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 4] = [Phase::Pending, Phase::Running, Phase::Exited, Phase::Error];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Exited => "Exited",
+            Phase::Error => "Error",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExitStatus {
+    /// Exit code; 128+signal when killed by a signal.
+    pub code: i32,
+    /// The signal that killed the process, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum EndReason {
+    Exited,
+    Signaled,
+    TimedOut,
+    Stopped,
+    OOMKilled,
+    ContainerExited,
+    PodReplaced,
+    PodDeleted,
+    Lost,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Exited => "Exited",
+            EndReason::Signaled => "Signaled",
+            EndReason::TimedOut => "TimedOut",
+            EndReason::Stopped => "Stopped",
+            EndReason::OOMKilled => "OOMKilled",
+            EndReason::ContainerExited => "ContainerExited",
+            EndReason::PodReplaced => "PodReplaced",
+            EndReason::PodDeleted => "PodDeleted",
+            EndReason::Lost => "Lost",
+        }
+    }
+}
+
+impl fmt::Display for EndReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ProcessError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// `status.error.code`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ErrorCode {
+    ContainerNotFound,
+    ContainerUnavailable,
+    InvalidProcessCwd,
+    InvalidProcessEnvironment,
+    ProcessSpawnFailed,
+    StaleProcessHandle,
+    ProcessNotFound,
+    ProcessLost,
+    OperationInterrupted,
+    AgentUnavailable,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::ContainerNotFound => "ContainerNotFound",
+            ErrorCode::ContainerUnavailable => "ContainerUnavailable",
+            ErrorCode::InvalidProcessCwd => "InvalidProcessCwd",
+            ErrorCode::InvalidProcessEnvironment => "InvalidProcessEnvironment",
+            ErrorCode::ProcessSpawnFailed => "ProcessSpawnFailed",
+            ErrorCode::StaleProcessHandle => "StaleProcessHandle",
+            ErrorCode::ProcessNotFound => "ProcessNotFound",
+            ErrorCode::ProcessLost => "ProcessLost",
+            ErrorCode::OperationInterrupted => "OperationInterrupted",
+            ErrorCode::AgentUnavailable => "AgentUnavailable",
+        }
+    }
+
+    /// The status code for an agent error code; `None` for codes that describe the request or the
+    /// agent itself rather than the process (the operator handles those).
+    pub fn from_wire(code: crate::wire::ErrorCode) -> Option<ErrorCode> {
+        use crate::wire::ErrorCode as W;
+        Some(match code {
+            W::ContainerNotFound => ErrorCode::ContainerNotFound,
+            W::ContainerUnavailable => ErrorCode::ContainerUnavailable,
+            W::InvalidProcessCwd => ErrorCode::InvalidProcessCwd,
+            W::InvalidProcessEnvironment => ErrorCode::InvalidProcessEnvironment,
+            W::ProcessSpawnFailed => ErrorCode::ProcessSpawnFailed,
+            W::StaleProcessHandle => ErrorCode::StaleProcessHandle,
+            W::ProcessNotFound => ErrorCode::ProcessNotFound,
+            W::ProcessLost => ErrorCode::ProcessLost,
+            W::OperationInterrupted => ErrorCode::OperationInterrupted,
+            W::AgentUnavailable => ErrorCode::AgentUnavailable,
+            W::InvalidRequest | W::Unauthorized | W::Internal => return None,
+        })
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputStatus {
+    pub stdout_bytes: i64,
+    pub stderr_bytes: i64,
+    /// Last ≤ 2 KiB of combined output (UTF-8, lossy).
+    #[serde(default)]
+    pub tail: String,
+}
+
+/// Condition types.
+pub mod condition {
+    pub const READY: &str = "Ready";
+    pub const SUCCEEDED: &str = "Succeeded";
+    pub const RECONCILING: &str = "Reconciling";
+    pub const STALLED: &str = "Stalled";
+}
+
+impl SandboxProcessStatus {
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// A spec that breaks a rule, with the field it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    /// JSON path below `spec`, e.g. `command[0]`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "spec.{}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {
+    Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+impl SandboxProcessSpec {
+    /// The creation rules of the schema as a pure function, plus regex validity. The API server
+    /// enforces the schema; this guards the operator against objects written before a rule
+    /// existed and checks what CEL cannot.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        if self.pod_name.is_empty() {
+            return Err(invalid("podName", "must not be empty"));
+        }
+        if self.container.as_deref() == Some("") {
+            return Err(invalid("container", "must not be empty when set"));
+        }
+        match self.command.first() {
+            None => return Err(invalid("command", "must have at least 1 item")),
+            Some(a) if a.is_empty() => {
+                return Err(invalid("command[0]", "the executable must not be empty"))
+            }
+            _ => {}
+        }
+        if self.command.len() > MAX_ARGS {
+            return Err(invalid("command", format!("at most {MAX_ARGS} items")));
+        }
+        if let Some(i) = self.command.iter().position(|a| a.len() > MAX_ARG_LEN) {
+            return Err(invalid(format!("command[{i}]"), "too long"));
+        }
+        if let Some(wd) = &self.working_dir {
+            if !wd.starts_with('/') {
+                return Err(invalid("workingDir", "must be an absolute path"));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, e) in self.env.iter().enumerate() {
+            if e.name.is_empty() {
+                return Err(invalid(format!("env[{i}].name"), "must not be empty"));
+            }
+            if e.name.contains('=') {
+                return Err(invalid(format!("env[{i}].name"), "must not contain '='"));
+            }
+            if e.name.contains('\0') || e.value.contains('\0') {
+                return Err(invalid(format!("env[{i}]"), "must not contain NUL"));
+            }
+            if !seen.insert(e.name.as_str()) {
+                return Err(invalid(format!("env[{i}].name"), "duplicate name"));
+            }
+        }
+        if self.command.iter().any(|a| a.contains('\0')) {
+            return Err(invalid("command", "must not contain NUL"));
+        }
+        if matches!(self.timeout_seconds, Some(t) if t < 1) {
+            return Err(invalid("timeoutSeconds", "must be at least 1"));
+        }
+        if !(1..=64).contains(&self.stop_signal) {
+            return Err(invalid("stopSignal", "must be 1-64"));
+        }
+        if self.termination_grace_period_seconds < 0 {
+            return Err(invalid(
+                "terminationGracePeriodSeconds",
+                "must be at least 0",
+            ));
+        }
+        if matches!(self.ttl_seconds_after_finished, Some(t) if t < 0) {
+            return Err(invalid("ttlSecondsAfterFinished", "must be at least 0"));
+        }
+        if let Some(r) = &self.readiness {
+            r.validate()?;
+        }
+        Ok(())
+    }
+
+    /// The rules only the API server can check, between an object and its previous version:
+    /// every field except `stop` and `ttlSecondsAfterFinished` is immutable.
+    pub fn validate_update(&self, old: &SandboxProcessSpec) -> Result<(), Invalid> {
+        let immutable: [(&str, bool); 9] = [
+            ("podName", self.pod_name == old.pod_name),
+            ("container", self.container == old.container),
+            ("command", self.command == old.command),
+            ("workingDir", self.working_dir == old.working_dir),
+            ("env", self.env == old.env),
+            (
+                "timeoutSeconds",
+                self.timeout_seconds == old.timeout_seconds,
+            ),
+            ("readiness", self.readiness == old.readiness),
+            ("stopSignal", self.stop_signal == old.stop_signal),
+            (
+                "terminationGracePeriodSeconds",
+                self.termination_grace_period_seconds == old.termination_grace_period_seconds,
+            ),
+        ];
+        match immutable.iter().find(|(_, same)| !same) {
+            Some((field, _)) => Err(invalid(*field, format!("{field} is immutable"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl ReadinessSpec {
+    fn validate(&self) -> Result<(), Invalid> {
+        let kinds = [
+            self.tcp_socket.is_some(),
+            self.http_get.is_some(),
+            self.log_match.is_some(),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            return Err(invalid(
+                "readiness",
+                "must set exactly one of tcpSocket, httpGet, logMatch",
+            ));
+        }
+        if !(10..=3_600_000).contains(&self.period_millis) {
+            return Err(invalid("readiness.periodMillis", "must be 10-3600000"));
+        }
+        if matches!(self.timeout_seconds, Some(t) if t < 1) {
+            return Err(invalid("readiness.timeoutSeconds", "must be at least 1"));
+        }
+        if let Some(t) = &self.tcp_socket {
+            check_port("readiness.tcpSocket.port", t.port)?;
+        }
+        if let Some(h) = &self.http_get {
+            check_port("readiness.httpGet.port", h.port)?;
+            if !h.path.starts_with('/') {
+                return Err(invalid("readiness.httpGet.path", "must start with '/'"));
+            }
+            let (min, max) = (h.status.min, h.status.max);
+            if !(100..=599).contains(&min) || !(100..=599).contains(&max) || min > max {
+                return Err(invalid(
+                    "readiness.httpGet.status",
+                    "min and max must be 100-599 with min <= max",
+                ));
+            }
+        }
+        if let Some(l) = &self.log_match {
+            if l.pattern.is_empty() {
+                return Err(invalid("readiness.logMatch.pattern", "must not be empty"));
+            }
+            if let Err(e) = regex_lite::Regex::new(&l.pattern) {
+                return Err(invalid("readiness.logMatch.pattern", e.to_string()));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_port(field: &str, port: i32) -> Result<(), Invalid> {
+    if (1..=65535).contains(&port) {
+        Ok(())
+    } else {
+        Err(invalid(field, format!("{port}: must be 1-65535")))
+    }
+}
+
+/// The agent's start request for this spec. The caller supplies what the spec leaves open:
+/// the resolved container and the pod UID; `exec_id` is the object's UID.
+pub fn start_request(
+    spec: &SandboxProcessSpec,
+    exec_id: &str,
+    pod_uid: &str,
+    container: &str,
+) -> crate::wire::StartRequest {
+    use crate::wire;
+    wire::StartRequest {
+        exec_id: exec_id.to_string(),
+        pod_uid: pod_uid.to_string(),
+        container: container.to_string(),
+        command: spec.command.clone(),
+        working_dir: spec.working_dir.clone(),
+        env: spec
+            .env
+            .iter()
+            .map(|e| wire::EnvVar {
+                name: e.name.clone(),
+                value: e.value.clone(),
+            })
+            .collect(),
+        timeout_seconds: spec.timeout_seconds.map(|t| t.max(1) as u64),
+        stop_signal: spec.stop_signal,
+        grace_seconds: spec.termination_grace_period_seconds.max(0) as u64,
+        readiness: spec.readiness.as_ref().and_then(|r| {
+            let probe = if let Some(t) = &r.tcp_socket {
+                wire::ProbeKind::TcpSocket {
+                    port: t.port.clamp(0, 65535) as u16,
+                }
+            } else if let Some(h) = &r.http_get {
+                wire::ProbeKind::HttpGet {
+                    port: h.port.clamp(0, 65535) as u16,
+                    path: h.path.clone(),
+                    status: wire::StatusRange {
+                        min: h.status.min.clamp(0, 999) as u16,
+                        max: h.status.max.clamp(0, 999) as u16,
+                    },
+                }
+            } else {
+                let l = r.log_match.as_ref()?;
+                wire::ProbeKind::LogMatch {
+                    pattern: l.pattern.clone(),
+                    stream: match l.stream {
+                        LogStream::Stdout => wire::LogStream::Stdout,
+                        LogStream::Stderr => wire::LogStream::Stderr,
+                        LogStream::Both => wire::LogStream::Both,
+                    },
+                }
+            };
+            Some(wire::Readiness {
+                probe,
+                period_millis: r.period_millis.max(10) as u64,
+                timeout_seconds: r.timeout_seconds.map(|t| t.max(1) as u64),
+            })
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,320 @@
+use super::*;
+use kube::core::cel::{validate_cel, validate_cel_update};
+use kube::CustomResourceExt;
+
+fn spec(yaml: &str) -> SandboxProcessSpec {
+    serde_yaml_ng::from_str(yaml).unwrap()
+}
+
+fn minimal() -> SandboxProcessSpec {
+    spec("podName: web\ncommand: [sleep, '1']\n")
+}
+
+fn object(s: SandboxProcessSpec) -> SandboxProcess {
+    SandboxProcess::new("p", s)
+}
+
+#[test]
+fn resource_names_are_the_contract() {
+    let crd = SandboxProcess::crd();
+    assert_eq!(
+        crd.metadata.name.as_deref(),
+        Some("sandboxprocesses.sandbox.dev")
+    );
+    assert_eq!(crd.spec.group, "sandbox.dev");
+    assert_eq!(crd.spec.scope, "Namespaced");
+    assert_eq!(crd.spec.names.kind, "SandboxProcess");
+    assert_eq!(crd.spec.names.plural, "sandboxprocesses");
+    assert_eq!(crd.spec.names.short_names, Some(vec!["sbp".to_string()]));
+    assert_eq!(crd.spec.names.categories, Some(vec!["sandbox".to_string()]));
+    let v = &crd.spec.versions[0];
+    assert_eq!(v.name, "v1alpha1");
+    assert!(v.served && v.storage);
+    assert!(v.subresources.as_ref().unwrap().status.is_some());
+    let columns: Vec<_> = v
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.name.to_uppercase())
+        .collect();
+    assert_eq!(columns, ["POD", "PHASE", "READY", "EXIT", "REASON", "AGE"]);
+    assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
+}
+
+#[test]
+fn spec_field_names_and_defaults() {
+    let s = minimal();
+    assert!(!s.stop);
+    assert_eq!(s.stop_signal, 15);
+    assert_eq!(s.termination_grace_period_seconds, 5);
+    let full = spec(
+        r#"
+podName: web
+container: app
+command: [sh, -c, "echo hi"]
+workingDir: /tmp
+env: [{name: A, value: b}]
+timeoutSeconds: 30
+readiness: {httpGet: {port: 8080}, timeoutSeconds: 10}
+stop: true
+stopSignal: 2
+terminationGracePeriodSeconds: 0
+ttlSecondsAfterFinished: 60
+"#,
+    );
+    let r = full.readiness.as_ref().unwrap();
+    assert_eq!(r.period_millis, 500);
+    let h = r.http_get.as_ref().unwrap();
+    assert_eq!(h.path, "/");
+    assert_eq!(h.status, StatusRange { min: 200, max: 399 });
+    let json = serde_json::to_value(&full).unwrap();
+    for key in [
+        "podName",
+        "container",
+        "command",
+        "workingDir",
+        "env",
+        "timeoutSeconds",
+        "readiness",
+        "stop",
+        "stopSignal",
+        "terminationGracePeriodSeconds",
+        "ttlSecondsAfterFinished",
+    ] {
+        assert!(json.get(key).is_some(), "{key} missing from {json}");
+    }
+    assert!(full.validate().is_ok());
+}
+
+#[test]
+fn status_field_names() {
+    let s = SandboxProcessStatus {
+        observed_generation: Some(1),
+        phase: Some(Phase::Exited),
+        node_name: Some("n".into()),
+        pod_uid: Some("u".into()),
+        container_id: Some("c".into()),
+        pid: Some(7),
+        exit: Some(ExitStatus {
+            code: 137,
+            signal: Some(9),
+            timed_out: true,
+        }),
+        end_reason: Some(EndReason::OOMKilled),
+        error: Some(ProcessError {
+            code: ErrorCode::StaleProcessHandle,
+            message: "m".into(),
+        }),
+        output: Some(OutputStatus::default()),
+        ..Default::default()
+    };
+    let json = serde_json::to_value(&s).unwrap();
+    for key in [
+        "observedGeneration",
+        "phase",
+        "nodeName",
+        "podUID",
+        "containerID",
+        "pid",
+        "exit",
+        "endReason",
+        "error",
+        "output",
+    ] {
+        assert!(json.get(key).is_some(), "{key} missing from {json}");
+    }
+    assert_eq!(json["exit"]["timedOut"], true);
+    assert_eq!(json["output"]["stdoutBytes"], 0);
+    assert_eq!(json["endReason"], "OOMKilled");
+}
+
+#[test]
+fn pure_validation_names_the_field() {
+    let cases: &[(&str, &str)] = &[
+        ("podName: web\ncommand: []\n", "command"),
+        ("podName: web\ncommand: ['']\n", "command[0]"),
+        ("podName: web\ncommand: [x]\nworkingDir: tmp\n", "workingDir"),
+        ("podName: web\ncommand: [x]\ntimeoutSeconds: 0\n", "timeoutSeconds"),
+        ("podName: web\ncommand: [x]\nstopSignal: 65\n", "stopSignal"),
+        ("podName: web\ncommand: [x]\nstopSignal: 0\n", "stopSignal"),
+        (
+            "podName: web\ncommand: [x]\nterminationGracePeriodSeconds: -1\n",
+            "terminationGracePeriodSeconds",
+        ),
+        ("podName: web\ncommand: [x]\nenv: [{name: 'A=B', value: c}]\n", "env[0].name"),
+        ("podName: web\ncommand: [x]\nenv: [{name: '', value: c}]\n", "env[0].name"),
+        (
+            "podName: web\ncommand: [x]\nenv: [{name: A}, {name: A}]\n",
+            "env[1].name",
+        ),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {tcpSocket: {port: 1}, httpGet: {port: 2}}\n",
+            "readiness",
+        ),
+        ("podName: web\ncommand: [x]\nreadiness: {}\n", "readiness"),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {tcpSocket: {port: 0}}\n",
+            "readiness.tcpSocket.port",
+        ),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {httpGet: {port: 65536}}\n",
+            "readiness.httpGet.port",
+        ),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {httpGet: {port: 80, path: x}}\n",
+            "readiness.httpGet.path",
+        ),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {httpGet: {port: 80, status: {min: 400, max: 300}}}\n",
+            "readiness.httpGet.status",
+        ),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {logMatch: {pattern: '('}}\n",
+            "readiness.logMatch.pattern",
+        ),
+        ("podName: ''\ncommand: [x]\n", "podName"),
+    ];
+    for (yaml, field) in cases {
+        let err = spec(yaml).validate().expect_err(yaml);
+        assert_eq!(err.field, *field, "{yaml}: {err}");
+        assert!(err.to_string().starts_with(&format!("spec.{field}: ")));
+    }
+    assert!(minimal().validate().is_ok());
+}
+
+#[test]
+fn only_stop_and_ttl_are_mutable() {
+    let old = minimal();
+    let mut new = old.clone();
+    new.stop = true;
+    new.ttl_seconds_after_finished = Some(5);
+    assert!(new.validate_update(&old).is_ok());
+
+    type Change = Box<dyn Fn(&mut SandboxProcessSpec)>;
+    let changes: Vec<(&str, Change)> = vec![
+        ("podName", Box::new(|s| s.pod_name = "other".into())),
+        ("container", Box::new(|s| s.container = Some("c".into()))),
+        ("command", Box::new(|s| s.command.push("2".into()))),
+        ("workingDir", Box::new(|s| s.working_dir = Some("/".into()))),
+        (
+            "env",
+            Box::new(|s| {
+                s.env.push(EnvVar {
+                    name: "A".into(),
+                    value: "".into(),
+                })
+            }),
+        ),
+        ("timeoutSeconds", Box::new(|s| s.timeout_seconds = Some(3))),
+        ("stopSignal", Box::new(|s| s.stop_signal = 9)),
+        (
+            "terminationGracePeriodSeconds",
+            Box::new(|s| s.termination_grace_period_seconds = 1),
+        ),
+    ];
+    for (field, change) in changes {
+        let mut new = old.clone();
+        change(&mut new);
+        let err = new.validate_update(&old).expect_err(field);
+        assert_eq!(err.field, field);
+        assert_eq!(err.message, format!("{field} is immutable"));
+    }
+}
+
+// The CEL rules of the generated schema, evaluated client-side (kube's CEL evaluator).
+
+fn cel_create(s: SandboxProcessSpec) -> Result<(), String> {
+    validate_cel(&object(s)).map_err(|e| format!("{e:?}"))
+}
+
+fn cel_update(new: SandboxProcessSpec, old: SandboxProcessSpec) -> Result<(), String> {
+    validate_cel_update(&object(new), &object(old)).map_err(|e| format!("{e:?}"))
+}
+
+#[test]
+fn cel_rejects_bad_specs_with_clear_messages() {
+    assert!(cel_create(minimal()).is_ok());
+    let cases = [
+        ("podName: web\ncommand: ['']\n", "command[0] (the executable) must not be empty"),
+        ("podName: web\ncommand: [x]\nworkingDir: tmp\n", "workingDir must be an absolute path"),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {tcpSocket: {port: 1}, logMatch: {pattern: x}}\n",
+            "readiness must set exactly one of tcpSocket, httpGet, logMatch",
+        ),
+        (
+            "podName: web\ncommand: [x]\nenv: [{name: 'A=B', value: c}]\n",
+            "env name must not contain '='",
+        ),
+    ];
+    for (yaml, message) in cases {
+        let err = cel_create(spec(yaml)).expect_err(yaml);
+        assert!(err.contains(message), "{yaml}: {err}");
+    }
+}
+
+#[test]
+fn cel_immutability() {
+    let old =
+        spec("podName: web\ncommand: [x]\nstopSignal: 15\nterminationGracePeriodSeconds: 5\n");
+    let mut new = old.clone();
+    new.stop = true;
+    new.ttl_seconds_after_finished = Some(0);
+    assert_eq!(cel_update(new, old.clone()), Ok(()));
+
+    let mut new = old.clone();
+    new.command = vec!["y".into()];
+    let err = cel_update(new, old.clone()).unwrap_err();
+    assert!(err.contains("command is immutable"), "{err}");
+
+    let mut new = old.clone();
+    new.container = Some("c".into());
+    let err = cel_update(new, old.clone()).unwrap_err();
+    assert!(err.contains("container is immutable"), "{err}");
+
+    let mut new = old.clone();
+    new.readiness = Some(ReadinessSpec {
+        tcp_socket: Some(TcpSocketProbe { port: 80 }),
+        http_get: None,
+        log_match: None,
+        period_millis: 500,
+        timeout_seconds: None,
+    });
+    let err = cel_update(new, old).unwrap_err();
+    assert!(err.contains("readiness is immutable"), "{err}");
+}
+
+#[test]
+fn start_request_carries_the_spec() {
+    let s = spec(
+        r#"
+podName: web
+command: [srv, --port, "80"]
+workingDir: /srv
+env: [{name: A, value: b}]
+timeoutSeconds: 9
+readiness: {logMatch: {pattern: "listening", stream: Stderr}, periodMillis: 100}
+stopSignal: 2
+terminationGracePeriodSeconds: 3
+"#,
+    );
+    let r = start_request(&s, "uid-1", "pod-1", "app");
+    assert_eq!(r.exec_id, "uid-1");
+    assert_eq!(r.pod_uid, "pod-1");
+    assert_eq!(r.container, "app");
+    assert_eq!(r.command, ["srv", "--port", "80"]);
+    assert_eq!(r.working_dir.as_deref(), Some("/srv"));
+    assert_eq!(r.env[0].name, "A");
+    assert_eq!(r.timeout_seconds, Some(9));
+    assert_eq!(r.stop_signal, 2);
+    assert_eq!(r.grace_seconds, 3);
+    let rd = r.readiness.unwrap();
+    assert_eq!(rd.period_millis, 100);
+    assert_eq!(
+        rd.probe,
+        crate::wire::ProbeKind::LogMatch {
+            pattern: "listening".into(),
+            stream: crate::wire::LogStream::Stderr
+        }
+    );
+}

@@ -1,0 +1,473 @@
+//! Talking to the node agents: the HTTP client, where each node's agent is, and one `/v1/watch`
+//! stream per agent whose changes trigger reconciles (no per-object polling).
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::reflector::Store;
+use sandbox_api::wire::{
+    ApiError, ErrorCode, ProcessRecord, SignalRequest, StartRequest, WatchEvent,
+};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+/// Labels of the agent pods (in the operator's namespace).
+pub const AGENT_SELECTOR: &str =
+    "app.kubernetes.io/name=sandbox-process-operator,app.kubernetes.io/component=agent";
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// No usable answer: connection failed, timed out, the agent failed internally or refused our
+    /// token. The process's state is unknown.
+    #[error("agent {url} unreachable: {message}")]
+    Unreachable { url: String, message: String },
+    /// The agent answered with a definite error about the request or the process.
+    #[error("agent {url}: {}: {}", error.code, error.message)]
+    Api { url: String, error: ApiError },
+}
+
+impl AgentError {
+    pub fn api_code(&self) -> Option<ErrorCode> {
+        match self {
+            AgentError::Api { error, .. } => Some(error.code),
+            AgentError::Unreachable { .. } => None,
+        }
+    }
+}
+
+/// HTTP client for the agent API with the operator's bearer token (re-read from its file on every
+/// request: projected ServiceAccount tokens are rotated by the kubelet).
+#[derive(Clone)]
+pub struct AgentClient {
+    http: reqwest::Client,
+    token_file: PathBuf,
+}
+
+impl AgentClient {
+    pub fn new(token_file: PathBuf) -> anyhow::Result<AgentClient> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .build()?;
+        Ok(AgentClient { http, token_file })
+    }
+
+    fn token(&self, url: &str) -> Result<String, AgentError> {
+        std::fs::read_to_string(&self.token_file)
+            .map(|t| t.trim().to_string())
+            .map_err(|e| AgentError::Unreachable {
+                url: url.into(),
+                message: format!("reading token {}: {e}", self.token_file.display()),
+            })
+    }
+
+    async fn send(
+        &self,
+        url: &str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, AgentError> {
+        let unreachable = |message: String| AgentError::Unreachable {
+            url: url.into(),
+            message,
+        };
+        let resp = req
+            .bearer_auth(self.token(url)?)
+            .send()
+            .await
+            .map_err(|e| unreachable(error_chain(&e)))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let body = resp.bytes().await.unwrap_or_default();
+        match serde_json::from_slice::<ApiError>(&body) {
+            Ok(error) if !matches!(error.code, ErrorCode::Internal | ErrorCode::Unauthorized) => {
+                Err(AgentError::Api {
+                    url: url.into(),
+                    error,
+                })
+            }
+            Ok(error) => Err(unreachable(format!(
+                "HTTP {status}: {}: {}",
+                error.code, error.message
+            ))),
+            Err(_) => Err(unreachable(format!(
+                "HTTP {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            ))),
+        }
+    }
+
+    async fn record(resp: reqwest::Response, url: &str) -> Result<ProcessRecord, AgentError> {
+        resp.json().await.map_err(|e| AgentError::Unreachable {
+            url: url.into(),
+            message: format!("decoding the record: {e}"),
+        })
+    }
+
+    /// Starts the process (idempotent on `execId`: an existing process is returned).
+    pub async fn start(&self, url: &str, req: &StartRequest) -> Result<ProcessRecord, AgentError> {
+        let r = self
+            .http
+            .post(format!("{url}/v1/processes"))
+            .timeout(Duration::from_secs(60))
+            .json(req);
+        let resp = self.send(url, r).await?;
+        Self::record(resp, url).await
+    }
+
+    /// The agent's record; `None` when it has no such process.
+    pub async fn get(&self, url: &str, id: &str) -> Result<Option<ProcessRecord>, AgentError> {
+        let r = self
+            .http
+            .get(format!("{url}/v1/processes/{id}"))
+            .timeout(Duration::from_secs(10));
+        match self.send(url, r).await {
+            Ok(resp) => Self::record(resp, url).await.map(Some),
+            Err(e) if e.api_code() == Some(ErrorCode::ProcessNotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stop sequence: the stop signal to the process group, SIGKILL after `grace_seconds`.
+    pub async fn stop(
+        &self,
+        url: &str,
+        id: &str,
+        grace_seconds: u64,
+    ) -> Result<ProcessRecord, AgentError> {
+        let r = self
+            .http
+            .post(format!("{url}/v1/processes/{id}/signal"))
+            .timeout(Duration::from_secs(10))
+            .json(&SignalRequest {
+                stop: true,
+                signal: None,
+                grace_seconds: Some(grace_seconds),
+            });
+        let resp = self.send(url, r).await?;
+        Self::record(resp, url).await
+    }
+
+    /// Stops the process if it runs (waiting for it to end) and forgets it. Unknown ids succeed.
+    pub async fn forget(&self, url: &str, id: &str, timeout: Duration) -> Result<(), AgentError> {
+        let r = self
+            .http
+            .delete(format!("{url}/v1/processes/{id}"))
+            .timeout(timeout);
+        match self.send(url, r).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.api_code() == Some(ErrorCode::ProcessNotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn watch(&self, url: &str) -> Result<reqwest::Response, AgentError> {
+        // No overall timeout: the stream lasts as long as the connection.
+        let r = self.http.get(format!("{url}/v1/watch"));
+        self.send(url, r).await
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+/// What the watch cache says about one process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cached {
+    Record(Box<ProcessRecord>),
+    /// The agent's watch is synced and has no such process.
+    Absent,
+    /// The watch is not synced: ask the agent.
+    Unknown,
+}
+
+#[derive(Default)]
+struct AgentState {
+    records: HashMap<String, ProcessRecord>,
+    synced: bool,
+    unreachable_since: Option<Time>,
+    last_error: String,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Where each node's agent is, each agent's reachability, and the watch caches.
+pub struct Agents {
+    pub client: AgentClient,
+    /// `--agent-url`: one agent for every node (host-run tests, single node).
+    fixed_url: Option<String>,
+    /// Agent pods (operator namespace, [`AGENT_SELECTOR`]); unused with a fixed URL.
+    pods: Option<Store<Pod>>,
+    port: u16,
+    state: Mutex<HashMap<String, AgentState>>,
+    /// Since when a node has had no agent pod.
+    missing: Mutex<HashMap<String, Time>>,
+    /// Exec ids whose record changed.
+    notify: mpsc::UnboundedSender<String>,
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+impl Agents {
+    pub fn new(
+        client: AgentClient,
+        fixed_url: Option<String>,
+        pods: Option<Store<Pod>>,
+        port: u16,
+        notify: mpsc::UnboundedSender<String>,
+    ) -> Arc<Agents> {
+        Arc::new(Agents {
+            client,
+            fixed_url: fixed_url.map(|u| u.trim_end_matches('/').to_string()),
+            pods,
+            port,
+            state: Mutex::new(HashMap::new()),
+            missing: Mutex::new(HashMap::new()),
+            notify,
+        })
+    }
+
+    /// The agent serving `node`, if one is known.
+    pub fn url_for_node(&self, node: &str) -> Option<String> {
+        if let Some(u) = &self.fixed_url {
+            return Some(u.clone());
+        }
+        let pods = self.pods.as_ref()?;
+        let found = pods
+            .find(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                    && p.metadata.deletion_timestamp.is_none()
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    && p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some()
+            })
+            .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+            .map(|ip| self.url_for_ip(&ip));
+        let mut missing = self.missing.lock().unwrap();
+        if found.is_some() {
+            missing.remove(node);
+        } else {
+            missing.entry(node.to_string()).or_insert_with(now);
+        }
+        found
+    }
+
+    fn url_for_ip(&self, ip: &str) -> String {
+        if ip.contains(':') {
+            format!("http://[{ip}]:{}", self.port)
+        } else {
+            format!("http://{ip}:{}", self.port)
+        }
+    }
+
+    /// Since when `node` has had no agent (for the grace period).
+    pub fn missing_since(&self, node: &str) -> Time {
+        self.missing
+            .lock()
+            .unwrap()
+            .entry(node.to_string())
+            .or_insert_with(now)
+            .clone()
+    }
+
+    pub fn cached(&self, url: &str, id: &str) -> Cached {
+        let state = self.state.lock().unwrap();
+        match state.get(url) {
+            Some(s) if s.synced => match s.records.get(id) {
+                Some(r) => Cached::Record(Box::new(r.clone())),
+                None => Cached::Absent,
+            },
+            _ => Cached::Unknown,
+        }
+    }
+
+    /// Remembers a record from a direct call, unless the watch already has a newer one.
+    pub fn remember(&self, url: &str, rec: &ProcessRecord) {
+        let mut state = self.state.lock().unwrap();
+        let s = state.entry(url.to_string()).or_default();
+        match s.records.get(&rec.exec_id) {
+            Some(old) if old.revision > rec.revision => {}
+            _ => {
+                s.records.insert(rec.exec_id.clone(), rec.clone());
+            }
+        }
+    }
+
+    pub fn mark_reachable(&self, url: &str) {
+        let mut state = self.state.lock().unwrap();
+        let s = state.entry(url.to_string()).or_default();
+        s.unreachable_since = None;
+    }
+
+    /// Records a failed call; returns since when the agent has been unreachable.
+    pub fn mark_unreachable(&self, url: &str, message: &str) -> Time {
+        let mut state = self.state.lock().unwrap();
+        let s = state.entry(url.to_string()).or_default();
+        s.last_error = message.to_string();
+        s.unreachable_since.get_or_insert_with(now).clone()
+    }
+
+    /// The desired set of agents: the fixed URL, or one per running agent pod.
+    fn desired(&self) -> HashSet<String> {
+        if let Some(u) = &self.fixed_url {
+            return HashSet::from([u.clone()]);
+        }
+        let Some(pods) = &self.pods else {
+            return HashSet::new();
+        };
+        pods.state()
+            .iter()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+            .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+            .map(|ip| self.url_for_ip(&ip))
+            .collect()
+    }
+
+    /// Keeps one watch stream per agent, forever.
+    pub async fn run_watches(self: Arc<Self>) {
+        loop {
+            let desired = self.desired();
+            {
+                let mut state = self.state.lock().unwrap();
+                state.retain(|url, s| {
+                    let keep = desired.contains(url);
+                    if !keep {
+                        if let Some(t) = s.task.take() {
+                            t.abort();
+                        }
+                        info!(agent = %url, "agent gone; watch stopped");
+                    }
+                    keep
+                });
+                for url in &desired {
+                    let s = state.entry(url.clone()).or_default();
+                    if s.task.is_none() {
+                        info!(agent = %url, "watching agent");
+                        s.task = Some(tokio::spawn(self.clone().watch_loop(url.clone())));
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+
+    async fn watch_loop(self: Arc<Self>, url: String) {
+        let mut backoff = Duration::from_millis(250);
+        loop {
+            match self.watch_once(&url).await {
+                Ok(()) => {
+                    debug!(agent = %url, "watch stream ended");
+                    backoff = Duration::from_millis(250);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    let since = self.mark_unreachable(&url, &msg);
+                    warn!(agent = %url, error = %msg, since = %since.0, "agent watch failed");
+                }
+            }
+            let ids: Vec<String> = {
+                let mut state = self.state.lock().unwrap();
+                let s = state.entry(url.clone()).or_default();
+                s.synced = false;
+                s.records.keys().cloned().collect()
+            };
+            // Let the processes of this agent look again (their state is now unknown).
+            for id in ids {
+                let _ = self.notify.send(id);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn watch_once(&self, url: &str) -> Result<(), AgentError> {
+        let resp = self.client.watch(url).await?;
+        let mut body = resp.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        // Records seen since (re)connecting, to drop the ones forgotten meanwhile at `synced`.
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut synced = false;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| AgentError::Unreachable {
+                url: url.into(),
+                message: error_chain(&e),
+            })?;
+            buf.extend_from_slice(&chunk);
+            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                let ev: WatchEvent = match serde_json::from_slice(&line) {
+                    Ok(ev) => ev,
+                    Err(e) => {
+                        warn!(agent = %url, error = %e, "undecodable watch event");
+                        continue;
+                    }
+                };
+                self.apply(url, ev, &mut seen, &mut synced);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&self, url: &str, ev: WatchEvent, seen: &mut HashSet<String>, synced: &mut bool) {
+        let mut changed = Vec::new();
+        {
+            let mut state = self.state.lock().unwrap();
+            let s = state.entry(url.to_string()).or_default();
+            match ev {
+                WatchEvent::Upsert { record } => {
+                    let id = record.exec_id.clone();
+                    seen.insert(id.clone());
+                    if s.records.get(&id) != Some(&record) {
+                        s.records.insert(id.clone(), *record);
+                        changed.push(id);
+                    }
+                }
+                WatchEvent::Deleted { exec_id } => {
+                    seen.remove(&exec_id);
+                    if s.records.remove(&exec_id).is_some() {
+                        changed.push(exec_id);
+                    }
+                }
+                WatchEvent::Synced => {
+                    // A resync after a lag also ends with `synced`: drop what was not resent.
+                    let gone: Vec<String> = s
+                        .records
+                        .keys()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
+                    for id in gone {
+                        s.records.remove(&id);
+                        changed.push(id);
+                    }
+                    seen.clear();
+                    if !*synced {
+                        info!(agent = %url, processes = s.records.len(), "agent watch synced");
+                    }
+                    *synced = true;
+                    s.synced = true;
+                    s.unreachable_since = None;
+                }
+            }
+        }
+        for id in changed {
+            let _ = self.notify.send(id);
+        }
+    }
+}

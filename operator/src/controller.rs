@@ -1,0 +1,590 @@
+//! The SandboxProcess controller: gathers the facts (object, pod, agent record), acts (start once,
+//! stop once, forget on delete, delete after the TTL), and writes the status that
+//! [`status::compute`] derives from the facts — with server-side apply, only when it changed.
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use sandbox_api::crd::{self, Phase, SandboxProcess, SandboxProcessStatus};
+use sandbox_api::wire::ErrorCode;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn, Instrument};
+
+use crate::agent::{AgentClient, AgentError, Agents, Cached, AGENT_SELECTOR};
+use crate::metrics::Metrics;
+use crate::pod;
+use crate::status::{self, AgentView, Facts};
+
+/// Finalizer that makes deletion stop and forget the process.
+pub const FINALIZER: &str = "sandbox.dev/process";
+/// Field manager of the status written with server-side apply.
+pub const FIELD_MANAGER: &str = "sandbox-operator";
+/// The output summary in the status is refreshed at most this often while the process runs.
+pub const OUTPUT_REFRESH: Duration = Duration::from_secs(5);
+/// A delete whose process cannot be stopped (agent unreachable, node still there) is let go
+/// after this long, so objects never hang in deletion.
+pub const CLEANUP_GIVE_UP: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<finalizer::Error<Error>>),
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error("cleanup: {0}")]
+    Cleanup(String),
+    #[error("object has no {0}")]
+    Incomplete(&'static str),
+}
+
+impl Error {
+    /// Label of the `reconcile_errors` metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Finalizer(e) => match e.as_ref() {
+                finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => {
+                    e.metric_label()
+                }
+                _ => "finalizer",
+            },
+            Error::Agent(AgentError::Unreachable { .. }) => "agent_unreachable",
+            Error::Agent(AgentError::Api { .. }) => "agent",
+            Error::Cleanup(_) => "cleanup",
+            Error::Incomplete(_) => "incomplete_object",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How long an agent may be unreachable before the status says so.
+    pub agent_grace: Duration,
+    /// Reconciles running at once.
+    pub concurrency: u16,
+    /// `--agent-url`: one agent for every node.
+    pub agent_url: Option<String>,
+    pub agent_port: u16,
+    pub agent_token_file: std::path::PathBuf,
+    /// Namespace of the agent pods.
+    pub namespace: String,
+    /// `reportingInstance` of Events.
+    pub instance: String,
+}
+
+pub struct Context {
+    pub client: Client,
+    pub pods: Store<Pod>,
+    pub agents: Arc<Agents>,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub settings: Settings,
+    /// When each object's output summary was last written.
+    output_written: Mutex<HashMap<String, Instant>>,
+}
+
+impl Context {
+    fn output_due(&self, uid: &str) -> Option<Duration> {
+        match self.output_written.lock().unwrap().get(uid) {
+            Some(t) => OUTPUT_REFRESH.checked_sub(t.elapsed()),
+            None => None,
+        }
+    }
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+async fn reconcile(obj: Arc<SandboxProcess>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let metrics = ctx.metrics.clone();
+    let _timer = metrics.reconcile();
+    let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let span = tracing::info_span!("reconcile", object = %format!("{ns}/{}", obj.name_any()));
+    let api: Api<SandboxProcess> = Api::namespaced(ctx.client.clone(), &ns);
+    async {
+        finalizer(&api, FINALIZER, obj, |event| async {
+            match event {
+                finalizer::Event::Apply(o) => apply(o, &ctx, &api).await,
+                finalizer::Event::Cleanup(o) => cleanup(o, &ctx).await,
+            }
+        })
+        .await
+        .map_err(|e| Error::Finalizer(Box::new(e)))
+    }
+    .instrument(span)
+    .await
+}
+
+fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(
+        object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()),
+        error = %error,
+        "reconcile failed"
+    );
+    ctx.metrics.error(error.metric_label());
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Looks up a started process at the agent of `node`.
+async fn lookup(ctx: &Context, node: Option<&str>, uid: &str) -> (AgentView, Option<String>) {
+    let Some(node) = node else {
+        return (AgentView::NotAsked, None);
+    };
+    let Some(url) = ctx.agents.url_for_node(node) else {
+        return (
+            AgentView::Unreachable {
+                since: ctx.agents.missing_since(node),
+                message: format!("no agent pod on node {node}"),
+            },
+            None,
+        );
+    };
+    let view = match ctx.agents.cached(&url, uid) {
+        Cached::Record(r) => AgentView::Record(r),
+        Cached::Absent | Cached::Unknown => match ctx.agents.client.get(&url, uid).await {
+            Ok(Some(r)) => {
+                ctx.agents.mark_reachable(&url);
+                ctx.agents.remember(&url, &r);
+                AgentView::Record(Box::new(r))
+            }
+            Ok(None) => {
+                ctx.agents.mark_reachable(&url);
+                AgentView::NotFound
+            }
+            Err(e) => unreachable_view(ctx, &url, &e),
+        },
+    };
+    (view, Some(url))
+}
+
+fn unreachable_view(ctx: &Context, url: &str, e: &AgentError) -> AgentView {
+    let message = match e {
+        AgentError::Unreachable { message, .. } => message.clone(),
+        AgentError::Api { error, .. } => format!("{}: {}", error.code, error.message),
+    };
+    AgentView::Unreachable {
+        since: ctx.agents.mark_unreachable(url, &message),
+        message,
+    }
+}
+
+async fn apply(
+    obj: Arc<SandboxProcess>,
+    ctx: &Context,
+    api: &Api<SandboxProcess>,
+) -> Result<Action, Error> {
+    let uid = obj.uid().ok_or(Error::Incomplete("uid"))?;
+    let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let name = obj.name_any();
+    let spec = &obj.spec;
+    let prev = obj.status.clone().unwrap_or_default();
+    let now = now();
+    let settings = &ctx.settings;
+
+    if status::is_final(&prev) {
+        let next = status::compute(&Facts {
+            generation: obj.metadata.generation,
+            spec,
+            prev: &prev,
+            pod: None,
+            agent: &AgentView::NotAsked,
+            invalid: None,
+            now: now.clone(),
+            agent_grace: settings.agent_grace,
+            output_due: false,
+        });
+        if next != prev {
+            write_status(ctx, api, &name, &next).await?;
+        }
+        ctx.metrics.set_phase(&uid, next.phase);
+        return match status::ttl_remaining(spec, &next, &now) {
+            Some(d) if d.is_zero() => {
+                info!("ttlSecondsAfterFinished passed; deleting");
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match api.delete(&name, &dp).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                Ok(Action::await_change())
+            }
+            Some(d) => Ok(Action::requeue(d + Duration::from_secs(1))),
+            None => Ok(Action::await_change()),
+        };
+    }
+
+    // The pod cache must have its first list before "no pod" can mean anything.
+    let _ = tokio::time::timeout(Duration::from_secs(30), ctx.pods.wait_until_ready()).await;
+    let pod_ref = ObjectRef::<Pod>::new(&spec.pod_name).within(&ns);
+    let container = spec.container.as_deref();
+    let mut pod = ctx.pods.get(&pod_ref).map(|p| pod::facts(&p, container));
+    let started = status::is_started(&prev);
+    if started && pod.as_ref().map(|p| p.uid.as_str()) != prev.pod_uid.as_deref() {
+        // Gone or replaced per the cache: confirm with the API server before a final verdict.
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        pod = pods
+            .get_opt(&spec.pod_name)
+            .await?
+            .map(|p| pod::facts(&p, container));
+    }
+    let invalid = spec.validate().err();
+
+    let mut agent = AgentView::NotAsked;
+    if started {
+        let (view, url) = lookup(ctx, prev.node_name.as_deref(), &uid).await;
+        agent = view;
+        // stop: true → the stop sequence, once (the agent records that it was requested).
+        if let (true, AgentView::Record(r), Some(url)) = (spec.stop, &agent, &url) {
+            if !r.is_final() && !r.stop_requested {
+                let grace = spec.termination_grace_period_seconds.max(0) as u64;
+                info!(grace, "stop requested; stopping the process");
+                match ctx.agents.client.stop(url, &uid, grace).await {
+                    Ok(rec) => {
+                        ctx.agents.remember(url, &rec);
+                        agent = AgentView::Record(Box::new(rec));
+                    }
+                    Err(e @ AgentError::Unreachable { .. }) => {
+                        agent = unreachable_view(ctx, url, &e)
+                    }
+                    Err(e) => warn!(error = %e, "stopping the process"),
+                }
+            }
+        }
+    } else if let Some(p) = pod
+        .as_ref()
+        .filter(|p| invalid.is_none() && !spec.stop && pod::can_start(p))
+    {
+        let node = p.node_name.clone().unwrap_or_default();
+        agent = match ctx.agents.url_for_node(&node) {
+            None => AgentView::Unreachable {
+                since: ctx.agents.missing_since(&node),
+                message: format!("no agent pod on node {node}"),
+            },
+            Some(url) => {
+                let status::ContainerFacts::Found { name: cname, .. } = &p.container else {
+                    unreachable!("can_start checked the container")
+                };
+                let req = crd::start_request(spec, &uid, &p.uid, cname);
+                info!(node = %node, container = %cname, "starting the process");
+                match ctx.agents.client.start(&url, &req).await {
+                    Ok(rec) => {
+                        ctx.agents.mark_reachable(&url);
+                        ctx.agents.remember(&url, &rec);
+                        AgentView::Record(Box::new(rec))
+                    }
+                    // Interrupted is not a verdict on the process: try again.
+                    Err(AgentError::Api { error, .. })
+                        if error.code != ErrorCode::OperationInterrupted =>
+                    {
+                        ctx.agents.mark_reachable(&url);
+                        AgentView::Rejected(error)
+                    }
+                    Err(e) => unreachable_view(ctx, &url, &e),
+                }
+            }
+        };
+    }
+
+    let held_output = ctx.output_due(&uid);
+    let next = status::compute(&Facts {
+        generation: obj.metadata.generation,
+        spec,
+        prev: &prev,
+        pod: pod.as_ref(),
+        agent: &agent,
+        invalid: invalid.as_ref(),
+        now,
+        agent_grace: settings.agent_grace,
+        output_due: held_output.is_none(),
+    });
+    if next != prev {
+        write_status(ctx, api, &name, &next).await?;
+        if next.output != prev.output {
+            ctx.output_written
+                .lock()
+                .unwrap()
+                .insert(uid.clone(), Instant::now());
+        }
+    }
+    for note in status::transitions(&prev, &next) {
+        publish(ctx, &obj, note).await;
+    }
+    ctx.metrics.set_phase(&uid, next.phase);
+    if status::is_final(&next) {
+        ctx.output_written.lock().unwrap().remove(&uid);
+        return Ok(Action::await_change());
+    }
+
+    // When to look again without being told: the watches (object, pod, agent) drive everything
+    // else; these cover timers.
+    let output_pending = matches!(&agent, AgentView::Record(r)
+        if next.output.as_ref().map(|o| (o.stdout_bytes, o.stderr_bytes))
+            != Some((r.output.stdout_bytes.min(i64::MAX as u64) as i64, r.output.stderr_bytes.min(i64::MAX as u64) as i64)));
+    let action = match (&agent, held_output) {
+        (_, Some(left)) if output_pending => Action::requeue(left + Duration::from_millis(50)),
+        (AgentView::Unreachable { .. }, _) => Action::requeue(Duration::from_secs(5)),
+        _ if next.phase == Some(Phase::Pending) => Action::requeue(Duration::from_secs(30)),
+        _ => Action::requeue(Duration::from_secs(300)),
+    };
+    Ok(action)
+}
+
+async fn write_status(
+    ctx: &Context,
+    api: &Api<SandboxProcess>,
+    name: &str,
+    status: &SandboxProcessStatus,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "apiVersion": crd::API_VERSION,
+        "kind": crd::KIND,
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    ctx.metrics.status_written();
+    debug!(phase = ?status.phase, "status written");
+    Ok(())
+}
+
+async fn publish(ctx: &Context, obj: &SandboxProcess, note: status::Note) {
+    let action = if note.reason == "Started" {
+        "Start"
+    } else {
+        "Observe"
+    };
+    let ev = Event {
+        type_: if note.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: note.reason.into(),
+        note: Some(truncate(&note.message, 1000)),
+        action: action.into(),
+        secondary: None,
+    };
+    info!(reason = note.reason, message = %note.message, "event");
+    if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
+        warn!(error = %e, reason = note.reason, "publishing an event");
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s[..cut].to_string()
+}
+
+/// Deletion: stop the process and have the agent forget it; let go at once when the pod or node
+/// is gone (nothing left to stop), and after [`CLEANUP_GIVE_UP`] in any case.
+async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Action, Error> {
+    let uid = obj.uid().ok_or(Error::Incomplete("uid"))?;
+    let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let prev = obj.status.clone().unwrap_or_default();
+    let pod = ctx
+        .pods
+        .get(&ObjectRef::<Pod>::new(&obj.spec.pod_name).within(&ns));
+    let pod_uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
+    let pod_gone = pod_uid.is_none() || (prev.pod_uid.is_some() && pod_uid != prev.pod_uid);
+    let node = prev.node_name.clone().or_else(|| {
+        pod.as_ref()
+            .and_then(|p| p.spec.as_ref()?.node_name.clone())
+    });
+    let deleting_for = obj
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| {
+            Duration::from_secs(
+                Timestamp::now()
+                    .as_second()
+                    .saturating_sub(t.0.as_second())
+                    .max(0) as u64,
+            )
+        })
+        .unwrap_or_default();
+    let done = |how: &str| {
+        info!(how, "finalizer removed");
+        ctx.metrics.set_phase(&uid, None);
+        ctx.output_written.lock().unwrap().remove(&uid);
+        Ok(Action::await_change())
+    };
+    let Some(node) = node else {
+        return done("never scheduled: nothing to stop");
+    };
+    let node_gone = || async {
+        let nodes: Api<Node> = Api::all(ctx.client.clone());
+        Ok::<bool, Error>(nodes.get_opt(&node).await?.is_none())
+    };
+    let Some(url) = ctx.agents.url_for_node(&node) else {
+        if pod_gone || node_gone().await? || deleting_for > CLEANUP_GIVE_UP {
+            return done("no agent on the node and nothing to wait for");
+        }
+        return Err(Error::Cleanup(format!(
+            "no agent pod on node {node}; retrying before giving up"
+        )));
+    };
+    let grace = obj.spec.termination_grace_period_seconds.max(0) as u64;
+    let timeout = if pod_gone {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(grace + 20)
+    };
+    let running = prev.phase == Some(Phase::Running);
+    match ctx.agents.client.forget(&url, &uid, timeout).await {
+        Ok(()) => {
+            if running {
+                publish(
+                    ctx,
+                    &obj,
+                    status::Note {
+                        warning: false,
+                        reason: "Stopped",
+                        message: "the object was deleted: process stopped and forgotten".into(),
+                    },
+                )
+                .await;
+            }
+            done("process stopped and forgotten")
+        }
+        Err(e) => {
+            if pod_gone || node_gone().await? || deleting_for > CLEANUP_GIVE_UP {
+                warn!(error = %e, "could not have the agent forget the process; letting go");
+                return done("agent unreachable, pod or node gone (or gave up)");
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    // Every pod (target pods live anywhere), without managedFields to keep the cache small.
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(|p| {
+            p.managed_fields_mut().clear();
+        })
+        .reflect(pod_writer)
+        .touched_objects();
+
+    let agent_pods = if settings.agent_url.is_some() {
+        None
+    } else {
+        let (store, writer) = reflector::store::<Pod>();
+        let api = Api::<Pod>::namespaced(client.clone(), &settings.namespace);
+        let stream = watcher(api, watcher::Config::default().labels(AGENT_SELECTOR))
+            .default_backoff()
+            .reflect(writer)
+            .for_each(|_| futures::future::ready(()));
+        tokio::spawn(stream);
+        Some(store)
+    };
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let agents = Agents::new(
+        AgentClient::new(settings.agent_token_file.clone())?,
+        settings.agent_url.clone(),
+        agent_pods,
+        settings.agent_port,
+        tx,
+    );
+    let watches = tokio::spawn(agents.clone().run_watches());
+
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(settings.instance.clone()),
+        },
+    );
+    let concurrency = settings.concurrency;
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods,
+        agents,
+        recorder,
+        metrics,
+        settings,
+        output_written: Mutex::new(HashMap::new()),
+    });
+
+    let objects = Api::<SandboxProcess>::all(client);
+    let controller = Controller::new(objects, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(concurrency));
+    let store = controller.store();
+    // Agent record changed → reconcile the object whose UID is the exec id.
+    let by_uid = store.clone();
+    let agent_changes =
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).filter_map(move |uid: String| {
+            let found = by_uid
+                .find(|o| o.metadata.uid.as_deref() == Some(uid.as_str()))
+                .map(|o| ObjectRef::from_obj(o.as_ref()));
+            futures::future::ready(found)
+        });
+    // Pod changed → reconcile the objects naming it.
+    let by_pod = store;
+    let controller = controller
+        .watches_stream(pod_events, move |p: Pod| {
+            let (ns, name) = (p.namespace(), p.name_any());
+            by_pod
+                .state()
+                .into_iter()
+                .filter(|o| o.namespace() == ns && o.spec.pod_name == name)
+                .map(|o| ObjectRef::from_obj(o.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_on(agent_changes)
+        .graceful_shutdown_on(shutdown);
+    info!(concurrency, "controller running");
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| {
+            match res {
+                Ok((o, _)) => debug!(object = %o, "reconciled"),
+                Err(controller::Error::ReconcilerFailed(..)) => {} // logged by error_policy
+                Err(e) => warn!(error = %e, "controller"),
+            }
+            futures::future::ready(())
+        })
+        .await;
+    watches.abort();
+    Ok(())
+}

@@ -1,0 +1,10 @@
+//! The SandboxProcess operator: the controller ([`controller`]), the pure status computation
+//! ([`status`]), the agent client and watches ([`agent`]), leader election ([`lease`]), metrics
+//! ([`metrics`]) and the CRD generator ([`crdgen`]).
+pub mod agent;
+pub mod controller;
+pub mod crdgen;
+pub mod lease;
+pub mod metrics;
+pub mod pod;
+pub mod status;

@@ -1,0 +1,160 @@
+//! `sandbox-operator`: the SandboxProcess controller.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+use sandbox_operator::controller::{self, Settings};
+use sandbox_operator::lease::{LeaderElector, LeaseConfig};
+use sandbox_operator::metrics::{self, Metrics};
+use tokio::sync::watch;
+use tracing::{error, info};
+
+#[derive(Parser, Debug)]
+#[command(version, about = "SandboxProcess controller")]
+struct Args {
+    /// One agent URL for every node (host-run tests on a single node), instead of discovering
+    /// the agent pods.
+    #[arg(long, env = "SANDBOX_AGENT_URL")]
+    agent_url: Option<String>,
+    /// Bearer token for the agents: a projected ServiceAccount token of audience `sandbox-agent`.
+    #[arg(long, default_value = "/var/run/secrets/sandbox.dev/agent-token/token")]
+    agent_token_file: PathBuf,
+    /// Port of the agent API on the agent pods.
+    #[arg(long, default_value_t = 9443)]
+    agent_port: u16,
+    /// Namespace of the operator: agent pods and the leader Lease live here.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "sandbox-system")]
+    namespace: String,
+    /// This replica's name in the Lease and in Events.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Reconciles running at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: u16,
+    /// Seconds an agent may be unreachable before the status reports AgentUnavailable or
+    /// ProcessLost.
+    #[arg(long, default_value_t = 30)]
+    agent_grace_seconds: u64,
+    /// Leader election (a Lease in --namespace). Turn off only for a single replica.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    #[arg(long, default_value = "sandbox-process-operator")]
+    lease_name: String,
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// Log as JSON lines.
+    #[arg(long)]
+    log_json: bool,
+}
+
+fn identity(args: &Args) -> String {
+    args.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "sandbox-operator".into());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
+async fn signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT"),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube=warn,hyper=warn".into());
+    if args.log_json {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let identity = identity(&args);
+    let client = Client::try_default().await?;
+    let metrics = Arc::new(Metrics::new());
+    {
+        let (addr, m) = (args.metrics_addr, metrics.clone());
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve(addr, m).await {
+                error!(error = %e, %addr, "metrics endpoint");
+            }
+        });
+    }
+
+    // Shutdown: a signal, or losing the lease.
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let elector = args.leader_elect.then(|| {
+        Arc::new(LeaderElector::new(
+            Api::<Lease>::namespaced(client.clone(), &args.namespace),
+            LeaseConfig {
+                name: args.lease_name.clone(),
+                identity: identity.clone(),
+                duration: Duration::from_secs(args.lease_duration_seconds.max(2)),
+                renew_every: Duration::from_secs((args.lease_duration_seconds / 3).max(1)),
+            },
+        ))
+    });
+    let lost_lease = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(e) = &elector {
+        info!(identity = %identity, lease = %args.lease_name, namespace = %args.namespace, "waiting for the leader lease");
+        tokio::select! {
+            _ = e.acquire() => {}
+            _ = signal() => return Ok(()),
+        }
+        let (e, tx, lost) = (e.clone(), stop_tx.clone(), lost_lease.clone());
+        tokio::spawn(async move {
+            e.hold().await;
+            lost.store(true, Ordering::SeqCst);
+            let _ = tx.send(true);
+        });
+    }
+    metrics.set_leader(true);
+    metrics.ready.store(true, Ordering::Relaxed);
+    {
+        let tx = stop_tx.clone();
+        tokio::spawn(async move {
+            signal().await;
+            let _ = tx.send(true);
+        });
+    }
+    let shutdown = async move {
+        let _ = stop_rx.wait_for(|s| *s).await;
+    };
+    let settings = Settings {
+        agent_grace: Duration::from_secs(args.agent_grace_seconds),
+        concurrency: args.concurrency.max(1),
+        agent_url: args.agent_url.clone(),
+        agent_port: args.agent_port,
+        agent_token_file: args.agent_token_file.clone(),
+        namespace: args.namespace.clone(),
+        instance: identity,
+    };
+    controller::run(client, settings, metrics.clone(), shutdown).await?;
+    metrics.set_leader(false);
+    metrics.ready.store(false, Ordering::Relaxed);
+    if lost_lease.load(Ordering::SeqCst) {
+        error!("lost the leader lease; exiting");
+        std::process::exit(1);
+    }
+    if let Some(e) = &elector {
+        e.release().await;
+    }
+    info!("stopped");
+    Ok(())
+}

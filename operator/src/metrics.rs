@@ -1,0 +1,250 @@
+//! Prometheus metrics (prometheus-client) and the HTTP endpoint serving them with health checks.
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::encoding::{text::encode, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use sandbox_api::crd::Phase;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Counter,
+    errors: Family<ErrorLabels, Counter>,
+    duration: Histogram,
+    processes: Family<PhaseLabels, Gauge>,
+    status_writes: Counter,
+    leader: Gauge,
+    /// Phase last counted for each object (by UID).
+    phases: Mutex<HashMap<String, Phase>>,
+    pub ready: AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("sandbox_operator");
+        let reconciles = Counter::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let processes = Family::<PhaseLabels, Gauge>::default();
+        let status_writes = Counter::default();
+        let leader = Gauge::default();
+        registry.register("reconciles", "Reconciliations run", reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconciliations that failed, by error",
+            errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of reconciliations",
+            duration.clone(),
+        );
+        registry.register(
+            "processes",
+            "SandboxProcess objects by phase",
+            processes.clone(),
+        );
+        registry.register(
+            "status_writes",
+            "Status patches sent (a reconcile that changes nothing writes nothing)",
+            status_writes.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            leader.clone(),
+        );
+        for p in Phase::ALL {
+            processes
+                .get_or_create(&PhaseLabels {
+                    phase: p.as_str().into(),
+                })
+                .set(0);
+        }
+        Metrics {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            processes,
+            status_writes,
+            leader,
+            phases: Mutex::new(HashMap::new()),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts a reconcile and measures it until the returned guard drops.
+    pub fn reconcile(&self) -> ReconcileTimer<'_> {
+        self.reconciles.inc();
+        ReconcileTimer {
+            metrics: self,
+            start: Instant::now(),
+        }
+    }
+
+    pub fn error(&self, label: &str) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                error: label.into(),
+            })
+            .inc();
+    }
+
+    pub fn status_written(&self) {
+        self.status_writes.inc();
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// Sets the phase counted for an object; `None` when it is gone.
+    pub fn set_phase(&self, uid: &str, phase: Option<Phase>) {
+        let mut phases = self.phases.lock().unwrap();
+        let old = match phase {
+            Some(p) => phases.insert(uid.to_string(), p),
+            None => phases.remove(uid),
+        };
+        if old == phase {
+            return;
+        }
+        if let Some(o) = old {
+            self.processes
+                .get_or_create(&PhaseLabels {
+                    phase: o.as_str().into(),
+                })
+                .dec();
+        }
+        if let Some(p) = phase {
+            self.processes
+                .get_or_create(&PhaseLabels {
+                    phase: p.as_str().into(),
+                })
+                .inc();
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+pub struct ReconcileTimer<'a> {
+    metrics: &'a Metrics,
+    start: Instant,
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        self.metrics
+            .duration
+            .observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+/// Serves `/metrics`, `/healthz` (the process runs) and `/readyz` (leader and controller running).
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(|State(m): State<Arc<Metrics>>| async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    m.encode(),
+                )
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(m): State<Arc<Metrics>>| async move {
+                if m.ready.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ok").into_response()
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not leading").into_response()
+                }
+            }),
+        )
+        .with_state(metrics);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_are_counted_once_per_object() {
+        let m = Metrics::new();
+        m.set_phase("a", Some(Phase::Pending));
+        m.set_phase("a", Some(Phase::Running));
+        m.set_phase("b", Some(Phase::Running));
+        m.set_phase("b", Some(Phase::Running));
+        let text = m.encode();
+        assert!(
+            text.contains("sandbox_operator_processes{phase=\"Running\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandbox_operator_processes{phase=\"Pending\"} 0"),
+            "{text}"
+        );
+        m.set_phase("a", None);
+        assert!(m
+            .encode()
+            .contains("sandbox_operator_processes{phase=\"Running\"} 1"));
+    }
+
+    #[test]
+    fn reconciles_errors_and_durations_are_exported() {
+        let m = Metrics::new();
+        drop(m.reconcile());
+        m.error("agent");
+        let text = m.encode();
+        assert!(
+            text.contains("sandbox_operator_reconciles_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandbox_operator_reconcile_errors_total{error=\"agent\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("sandbox_operator_reconcile_duration_seconds_count 1"));
+    }
+}

@@ -1,0 +1,797 @@
+use super::*;
+use sandbox_api::wire::{ApiError, OutputSummary};
+
+const GRACE: Duration = Duration::from_secs(30);
+
+fn t(s: i64) -> Time {
+    Time(Timestamp::from_second(1_800_000_000 + s).unwrap())
+}
+
+fn spec() -> SandboxProcessSpec {
+    serde_json::from_str(r#"{"podName":"web","command":["sleep","10"]}"#).unwrap()
+}
+
+fn pod(uid: &str) -> PodFacts {
+    PodFacts {
+        uid: uid.into(),
+        node_name: Some("node-a".into()),
+        phase: PodPhase::Running,
+        terminating: false,
+        container: ContainerFacts::Found {
+            name: "main".into(),
+            running: true,
+        },
+    }
+}
+
+fn record(phase: wire::Phase) -> ProcessRecord {
+    ProcessRecord {
+        exec_id: "obj-uid".into(),
+        pod_uid: "pod-1".into(),
+        container: "main".into(),
+        container_id: "ctr-1".into(),
+        phase,
+        pid: Some(42),
+        host_pid: Some(4242),
+        started_at: Some("2027-01-15T08:00:00.123456789Z".into()),
+        finished_at: None,
+        ready: false,
+        ready_at: None,
+        readiness_timed_out: false,
+        stop_requested: false,
+        exit: None,
+        end_reason: None,
+        error: None,
+        output: OutputSummary {
+            stdout_bytes: 3,
+            stderr_bytes: 0,
+            tail: "hi\n".into(),
+            dropped_bytes: 0,
+        },
+        revision: 1,
+    }
+}
+
+fn exited(code: i32, signal: Option<i32>, reason: wire::EndReason) -> ProcessRecord {
+    let mut r = record(wire::Phase::Exited);
+    r.exit = Some(wire::ExitStatus {
+        code,
+        signal,
+        timed_out: reason == wire::EndReason::TimedOut,
+    });
+    r.end_reason = Some(reason);
+    r.finished_at = Some("2027-01-15T08:00:05.9Z".into());
+    r
+}
+
+struct Case {
+    spec: SandboxProcessSpec,
+    prev: SandboxProcessStatus,
+    pod: Option<PodFacts>,
+    agent: AgentView,
+    now: Time,
+    output_due: bool,
+    generation: i64,
+}
+
+impl Case {
+    fn new() -> Case {
+        Case {
+            spec: spec(),
+            prev: SandboxProcessStatus::default(),
+            pod: Some(pod("pod-1")),
+            agent: AgentView::NotAsked,
+            now: t(0),
+            output_due: true,
+            generation: 1,
+        }
+    }
+    fn pod(mut self, p: Option<PodFacts>) -> Case {
+        self.pod = p;
+        self
+    }
+    fn agent(mut self, a: AgentView) -> Case {
+        self.agent = a;
+        self
+    }
+    fn record(self, r: ProcessRecord) -> Case {
+        self.agent(AgentView::Record(Box::new(r)))
+    }
+    fn prev(mut self, p: SandboxProcessStatus) -> Case {
+        self.prev = p;
+        self
+    }
+    fn at(mut self, s: i64) -> Case {
+        self.now = t(s);
+        self
+    }
+    fn run(&self) -> SandboxProcessStatus {
+        compute(&Facts {
+            generation: Some(self.generation),
+            spec: &self.spec,
+            prev: &self.prev,
+            pod: self.pod.as_ref(),
+            agent: &self.agent,
+            invalid: None,
+            now: self.now.clone(),
+            agent_grace: GRACE,
+            output_due: self.output_due,
+        })
+    }
+}
+
+fn cond<'a>(s: &'a SandboxProcessStatus, ty: &str) -> &'a Condition {
+    s.condition(ty)
+        .unwrap_or_else(|| panic!("no {ty} condition"))
+}
+
+/// (status, reason) of Ready, Succeeded, Reconciling, Stalled.
+fn conds(s: &SandboxProcessStatus) -> [(String, String); 4] {
+    [
+        condition::READY,
+        condition::SUCCEEDED,
+        condition::RECONCILING,
+        condition::STALLED,
+    ]
+    .map(|ty| {
+        let c = cond(s, ty);
+        (c.status.clone(), c.reason.clone())
+    })
+}
+
+fn c(status: &str, reason: &str) -> (String, String) {
+    (status.into(), reason.into())
+}
+
+#[test]
+fn pod_missing_is_pending_pod_not_found() {
+    let s = Case::new().pod(None).run();
+    assert_eq!(s.phase, Some(Phase::Pending));
+    assert_eq!(s.observed_generation, Some(1));
+    assert_eq!(
+        conds(&s),
+        [
+            c("False", "PodNotFound"),
+            c("Unknown", "PodNotFound"),
+            c("True", "PodNotFound"),
+            c("False", "PodNotFound"),
+        ]
+    );
+    for c in &s.conditions {
+        assert_eq!(c.observed_generation, Some(1));
+        assert_eq!(c.last_transition_time, t(0));
+    }
+    assert!(!is_final(&s));
+}
+
+#[test]
+fn pod_pending_or_container_not_running_is_pending_pod_pending() {
+    let mut p = pod("pod-1");
+    p.phase = PodPhase::Pending;
+    p.node_name = None;
+    let s = Case::new().pod(Some(p)).run();
+    assert_eq!(s.phase, Some(Phase::Pending));
+    assert_eq!(cond(&s, condition::RECONCILING).reason, "PodPending");
+
+    let mut p = pod("pod-1");
+    p.container = ContainerFacts::Found {
+        name: "main".into(),
+        running: false,
+    };
+    let s = Case::new().pod(Some(p)).run();
+    assert_eq!(cond(&s, condition::RECONCILING).reason, "PodPending");
+
+    let mut p = pod("pod-1");
+    p.terminating = true;
+    let s = Case::new().pod(Some(p)).run();
+    assert_eq!(cond(&s, condition::RECONCILING).reason, "PodPending");
+}
+
+#[test]
+fn container_not_in_pod_spec_is_error_container_not_found() {
+    let mut p = pod("pod-1");
+    p.container = ContainerFacts::NotInSpec {
+        name: "nope".into(),
+    };
+    let s = Case::new().pod(Some(p)).run();
+    assert_eq!(s.phase, Some(Phase::Error));
+    assert_eq!(s.error.as_ref().unwrap().code, ErrorCode::ContainerNotFound);
+    assert!(s.error.as_ref().unwrap().message.contains("nope"));
+    assert_eq!(cond(&s, condition::STALLED).status, "True");
+    assert_eq!(cond(&s, condition::SUCCEEDED).status, "False");
+    assert!(is_final(&s));
+}
+
+#[test]
+fn terminal_pod_is_error_container_unavailable() {
+    let mut p = pod("pod-1");
+    p.phase = PodPhase::Succeeded;
+    let s = Case::new().pod(Some(p)).run();
+    assert_eq!(
+        s.error.as_ref().unwrap().code,
+        ErrorCode::ContainerUnavailable
+    );
+    assert!(is_final(&s));
+}
+
+#[test]
+fn ready_to_start_is_pending_starting() {
+    let s = Case::new().run();
+    assert_eq!(s.phase, Some(Phase::Pending));
+    assert_eq!(s.node_name.as_deref(), Some("node-a"));
+    assert_eq!(cond(&s, condition::RECONCILING).reason, "Starting");
+    assert!(!is_started(&s));
+}
+
+#[test]
+fn start_rejected_by_agent_is_error_with_its_code() {
+    let s = Case::new()
+        .agent(AgentView::Rejected(ApiError {
+            code: wire::ErrorCode::InvalidProcessCwd,
+            message: "working directory \"/nope\": not found".into(),
+        }))
+        .run();
+    assert_eq!(s.phase, Some(Phase::Error));
+    assert_eq!(s.error.as_ref().unwrap().code, ErrorCode::InvalidProcessCwd);
+    assert!(is_final(&s));
+    // An agent-side request error is not a status code: reported as a spawn failure.
+    let s = Case::new()
+        .agent(AgentView::Rejected(ApiError {
+            code: wire::ErrorCode::InvalidRequest,
+            message: "readiness.logMatch.pattern: bad".into(),
+        }))
+        .run();
+    assert_eq!(
+        s.error.as_ref().unwrap().code,
+        ErrorCode::ProcessSpawnFailed
+    );
+}
+
+#[test]
+fn invalid_spec_is_error_naming_the_field() {
+    let spec = spec();
+    let invalid = Invalid {
+        field: "readiness.logMatch.pattern".into(),
+        message: "unclosed group".into(),
+    };
+    let s = compute(&Facts {
+        generation: Some(1),
+        spec: &spec,
+        prev: &SandboxProcessStatus::default(),
+        pod: None,
+        agent: &AgentView::NotAsked,
+        invalid: Some(&invalid),
+        now: t(0),
+        agent_grace: GRACE,
+        output_due: true,
+    });
+    assert_eq!(s.phase, Some(Phase::Error));
+    assert!(s
+        .error
+        .unwrap()
+        .message
+        .contains("spec.readiness.logMatch.pattern"));
+}
+
+#[test]
+fn running_without_readiness_is_ready() {
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    r.ready_at = r.started_at.clone();
+    let s = Case::new().record(r).run();
+    assert_eq!(s.phase, Some(Phase::Running));
+    assert_eq!(s.pod_uid.as_deref(), Some("pod-1"));
+    assert_eq!(s.container_id.as_deref(), Some("ctr-1"));
+    assert_eq!(s.pid, Some(42));
+    // Sub-second precision is dropped, as metav1.Time stores it.
+    assert_eq!(
+        s.started_at.as_ref().unwrap().0.to_string(),
+        "2027-01-15T08:00:00Z"
+    );
+    assert_eq!(
+        conds(&s),
+        [
+            c("True", "Ready"),
+            c("Unknown", "Running"),
+            c("False", "Ready"),
+            c("False", "Ready"),
+        ]
+    );
+    assert_eq!(s.output.as_ref().unwrap().tail, "hi\n");
+    assert!(is_started(&s));
+}
+
+#[test]
+fn running_not_yet_ready_is_reconciling() {
+    let s = Case::new().record(record(wire::Phase::Running)).run();
+    assert_eq!(s.phase, Some(Phase::Running));
+    assert_eq!(
+        conds(&s),
+        [
+            c("False", "ReadinessPending"),
+            c("Unknown", "Running"),
+            c("True", "ReadinessPending"),
+            c("False", "ReadinessPending"),
+        ]
+    );
+}
+
+#[test]
+fn readiness_timeout_keeps_running_not_ready() {
+    let mut r = record(wire::Phase::Running);
+    r.readiness_timed_out = true;
+    let s = Case::new().record(r).run();
+    assert_eq!(s.phase, Some(Phase::Running));
+    assert_eq!(cond(&s, condition::READY).status, "False");
+    assert_eq!(cond(&s, condition::READY).reason, "ReadinessTimeout");
+    assert_eq!(cond(&s, condition::RECONCILING).status, "False");
+    assert!(!is_final(&s));
+}
+
+#[test]
+fn exit_zero_is_succeeded_and_stays_ready() {
+    let s = Case::new()
+        .record(exited(0, None, wire::EndReason::Exited))
+        .run();
+    assert_eq!(s.phase, Some(Phase::Exited));
+    assert_eq!(s.exit.as_ref().unwrap().code, 0);
+    assert_eq!(s.end_reason, Some(EndReason::Exited));
+    assert_eq!(
+        s.finished_at.as_ref().unwrap().0.to_string(),
+        "2027-01-15T08:00:05Z"
+    );
+    assert_eq!(
+        conds(&s),
+        [
+            c("True", "Succeeded"),
+            c("True", "Succeeded"),
+            c("False", "Succeeded"),
+            c("False", "Succeeded"),
+        ]
+    );
+    assert!(is_final(&s));
+}
+
+#[test]
+fn non_zero_exit_is_failed_and_stalled() {
+    let s = Case::new()
+        .record(exited(3, None, wire::EndReason::Exited))
+        .run();
+    assert_eq!(s.phase, Some(Phase::Exited));
+    assert_eq!(s.exit.as_ref().unwrap().code, 3);
+    assert_eq!(
+        conds(&s),
+        [
+            c("False", "NonZeroExit"),
+            c("False", "NonZeroExit"),
+            c("False", "NonZeroExit"),
+            c("True", "NonZeroExit"),
+        ]
+    );
+    assert!(cond(&s, condition::STALLED).message.contains("code 3"));
+}
+
+#[test]
+fn timeout_signal_and_oom_are_failures() {
+    for (rec, reason) in [
+        (exited(143, Some(15), wire::EndReason::TimedOut), "TimedOut"),
+        (exited(137, Some(9), wire::EndReason::Signaled), "Signaled"),
+        (
+            exited(137, Some(9), wire::EndReason::OOMKilled),
+            "OOMKilled",
+        ),
+        // A process that handles the timeout signal and exits 0 still timed out.
+        (exited(0, None, wire::EndReason::TimedOut), "TimedOut"),
+    ] {
+        let s = Case::new().record(rec).run();
+        assert_eq!(s.phase, Some(Phase::Exited));
+        assert_eq!(cond(&s, condition::SUCCEEDED).status, "False", "{reason}");
+        assert_eq!(cond(&s, condition::STALLED).status, "True", "{reason}");
+        assert_eq!(cond(&s, condition::READY).reason, reason);
+    }
+    let s = Case::new()
+        .record(exited(143, Some(15), wire::EndReason::TimedOut))
+        .run();
+    assert!(s.exit.as_ref().unwrap().timed_out);
+    assert_eq!(s.exit.as_ref().unwrap().signal, Some(15));
+}
+
+#[test]
+fn requested_stop_is_ready_stopped_not_succeeded() {
+    let s = Case::new()
+        .record(exited(143, Some(15), wire::EndReason::Stopped))
+        .run();
+    assert_eq!(s.phase, Some(Phase::Exited));
+    assert_eq!(s.end_reason, Some(EndReason::Stopped));
+    assert_eq!(
+        conds(&s),
+        [
+            c("True", "Stopped"),
+            c("False", "Stopped"),
+            c("False", "Stopped"),
+            c("False", "Stopped"),
+        ]
+    );
+    // Stopped, but it handled the signal and exited 0: that is an exit with code 0.
+    let s = Case::new()
+        .record(exited(0, None, wire::EndReason::Stopped))
+        .run();
+    assert_eq!(cond(&s, condition::SUCCEEDED).status, "True");
+    assert_eq!(cond(&s, condition::READY).reason, "Stopped");
+}
+
+#[test]
+fn stop_before_start_never_starts() {
+    let mut case = Case::new();
+    case.spec.stop = true;
+    let s = case.run();
+    assert_eq!(s.phase, Some(Phase::Exited));
+    assert_eq!(s.end_reason, Some(EndReason::Stopped));
+    assert!(s.exit.is_none());
+    assert_eq!(cond(&s, condition::READY).reason, "Stopped");
+    assert!(is_final(&s));
+}
+
+fn running_status() -> SandboxProcessStatus {
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    Case::new().record(r).run()
+}
+
+#[test]
+fn pod_replaced_while_running_is_stale() {
+    let prev = running_status();
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    let s = Case::new()
+        .prev(prev.clone())
+        .pod(Some(pod("pod-2")))
+        .record(r)
+        .at(3)
+        .run();
+    assert_eq!(s.phase, Some(Phase::Error));
+    assert_eq!(
+        s.error.as_ref().unwrap().code,
+        ErrorCode::StaleProcessHandle
+    );
+    assert_eq!(s.end_reason, Some(EndReason::PodReplaced));
+    assert_eq!(s.finished_at, Some(t(3)));
+    assert!(s.exit.is_none(), "never a made-up exit code");
+    assert_eq!(cond(&s, condition::STALLED).status, "True");
+    assert_eq!(cond(&s, condition::READY).last_transition_time, t(3));
+    assert!(is_final(&s));
+    // The started-in pod is kept.
+    assert_eq!(s.pod_uid.as_deref(), Some("pod-1"));
+}
+
+#[test]
+fn pod_deleted_while_running_is_stale_even_without_the_agent() {
+    let prev = running_status();
+    for agent in [
+        AgentView::NotAsked,
+        AgentView::Unreachable {
+            since: t(0),
+            message: "connection refused".into(),
+        },
+    ] {
+        let s = Case::new().prev(prev.clone()).pod(None).agent(agent).run();
+        assert_eq!(
+            s.error.as_ref().unwrap().code,
+            ErrorCode::StaleProcessHandle
+        );
+        assert_eq!(s.end_reason, Some(EndReason::PodDeleted));
+    }
+}
+
+#[test]
+fn pod_gone_after_the_process_ended_keeps_the_real_end() {
+    let prev = Case::new()
+        .record(exited(0, None, wire::EndReason::Exited))
+        .run();
+    // Final status: never changes again.
+    let s = Case::new().prev(prev.clone()).pod(None).run();
+    assert_eq!(s, prev);
+    // Not yet written, but the record already says it exited on its own.
+    let s = Case::new()
+        .prev(running_status())
+        .pod(None)
+        .record(exited(0, None, wire::EndReason::Exited))
+        .run();
+    assert_eq!(s.phase, Some(Phase::Exited));
+    assert_eq!(s.end_reason, Some(EndReason::Exited));
+}
+
+#[test]
+fn container_exited_under_the_process_is_stale() {
+    let s = Case::new()
+        .prev(running_status())
+        .record(exited(137, Some(9), wire::EndReason::ContainerExited))
+        .run();
+    assert_eq!(s.phase, Some(Phase::Error));
+    assert_eq!(
+        s.error.as_ref().unwrap().code,
+        ErrorCode::StaleProcessHandle
+    );
+    assert_eq!(s.end_reason, Some(EndReason::ContainerExited));
+    assert_eq!(s.exit.as_ref().unwrap().code, 137);
+    // ... and when the pod is gone too, the pod is the reason.
+    let s = Case::new()
+        .prev(running_status())
+        .pod(None)
+        .record(exited(137, Some(9), wire::EndReason::ContainerExited))
+        .run();
+    assert_eq!(s.end_reason, Some(EndReason::PodDeleted));
+}
+
+#[test]
+fn container_killed_by_pod_deletion_is_pod_deleted() {
+    let mut p = pod("pod-1");
+    p.terminating = true;
+    // Still running during the pod's grace period: nothing to say yet.
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    let s = Case::new()
+        .prev(running_status())
+        .pod(Some(p.clone()))
+        .record(r)
+        .run();
+    assert_eq!(s.phase, Some(Phase::Running));
+    let s = Case::new()
+        .prev(running_status())
+        .pod(Some(p))
+        .record(exited(137, Some(9), wire::EndReason::ContainerExited))
+        .run();
+    assert_eq!(
+        s.error.as_ref().unwrap().code,
+        ErrorCode::StaleProcessHandle
+    );
+    assert_eq!(s.end_reason, Some(EndReason::PodDeleted));
+}
+
+#[test]
+fn record_for_another_pod_is_stale_even_before_status_was_written() {
+    // Operator restarted between start and status write, and the pod was replaced meanwhile.
+    let s = Case::new()
+        .pod(Some(pod("pod-2")))
+        .record(record(wire::Phase::Running))
+        .run();
+    assert_eq!(s.end_reason, Some(EndReason::PodReplaced));
+}
+
+#[test]
+fn agent_unreachable_within_grace_changes_nothing() {
+    let prev = running_status();
+    let s = Case::new()
+        .prev(prev.clone())
+        .agent(AgentView::Unreachable {
+            since: t(0),
+            message: "refused".into(),
+        })
+        .at(29)
+        .run();
+    assert_eq!(s, prev);
+}
+
+#[test]
+fn agent_unreachable_beyond_grace_is_process_lost_then_recovers() {
+    let prev = running_status();
+    let lost = Case::new()
+        .prev(prev.clone())
+        .agent(AgentView::Unreachable {
+            since: t(0),
+            message: "refused".into(),
+        })
+        .at(31)
+        .run();
+    assert_eq!(lost.phase, Some(Phase::Error));
+    assert_eq!(lost.error.as_ref().unwrap().code, ErrorCode::ProcessLost);
+    assert!(lost.exit.is_none(), "never a made-up exit code");
+    assert!(lost.end_reason.is_none());
+    assert_eq!(cond(&lost, condition::STALLED).status, "True");
+    assert!(!is_final(&lost), "recovers when the agent comes back");
+    assert_eq!(lost.started_at, prev.started_at);
+
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    let back = Case::new().prev(lost).record(r).at(40).run();
+    assert_eq!(back.phase, Some(Phase::Running));
+    assert!(back.error.is_none());
+    assert_eq!(cond(&back, condition::READY).status, "True");
+    assert_eq!(cond(&back, condition::STALLED).status, "False");
+}
+
+#[test]
+fn agent_unavailable_before_start_then_recovers() {
+    let unreachable = AgentView::Unreachable {
+        since: t(0),
+        message: "no agent pod on node node-a".into(),
+    };
+    let s = Case::new().agent(unreachable.clone()).at(10).run();
+    assert_eq!(s.phase, Some(Phase::Pending));
+    assert_eq!(cond(&s, condition::RECONCILING).reason, "Starting");
+    let s = Case::new().agent(unreachable).at(30).run();
+    assert_eq!(s.phase, Some(Phase::Error));
+    assert_eq!(s.error.as_ref().unwrap().code, ErrorCode::AgentUnavailable);
+    assert!(s.finished_at.is_none());
+    assert!(!is_final(&s));
+    let started = Case::new()
+        .prev(s)
+        .record(record(wire::Phase::Running))
+        .at(31)
+        .run();
+    assert_eq!(started.phase, Some(Phase::Running));
+}
+
+#[test]
+fn agent_has_no_record_of_a_started_process() {
+    let s = Case::new()
+        .prev(running_status())
+        .agent(AgentView::NotFound)
+        .run();
+    assert_eq!(s.phase, Some(Phase::Error));
+    assert_eq!(s.error.as_ref().unwrap().code, ErrorCode::ProcessNotFound);
+    assert_eq!(s.end_reason, Some(EndReason::Lost));
+    assert!(is_final(&s));
+}
+
+#[test]
+fn agent_lost_record_is_error_process_lost() {
+    let mut r = record(wire::Phase::Error);
+    r.end_reason = Some(wire::EndReason::Lost);
+    r.error = Some(ApiError {
+        code: wire::ErrorCode::ProcessLost,
+        message: "supervisor vanished".into(),
+    });
+    let s = Case::new().prev(running_status()).record(r).run();
+    assert_eq!(s.phase, Some(Phase::Error));
+    assert_eq!(s.error.as_ref().unwrap().code, ErrorCode::ProcessLost);
+    assert_eq!(s.end_reason, Some(EndReason::Lost));
+    assert!(is_final(&s));
+}
+
+#[test]
+fn recompute_with_the_same_facts_is_identical() {
+    // The controller skips the write when nothing changed: same facts later → same status.
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    let first = Case::new().record(r.clone()).at(0).run();
+    let again = Case::new().prev(first.clone()).record(r).at(100).run();
+    assert_eq!(first, again);
+    // Also after a round trip through JSON (what the API server stores).
+    let stored: SandboxProcessStatus =
+        serde_json::from_value(serde_json::to_value(&first).unwrap()).unwrap();
+    assert_eq!(stored, first);
+}
+
+#[test]
+fn last_transition_time_changes_only_with_status() {
+    let pending = Case::new().pod(None).at(0).run();
+    // Pod appears but is not running: reasons change, statuses do not.
+    let mut p = pod("pod-1");
+    p.phase = PodPhase::Pending;
+    let still = Case::new().prev(pending.clone()).pod(Some(p)).at(5).run();
+    for c in &still.conditions {
+        assert_eq!(c.last_transition_time, t(0), "{}", c.type_);
+    }
+    assert_eq!(cond(&still, condition::READY).reason, "PodPending");
+    // Ready flips: only the conditions whose status changed move.
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    let ready = Case::new().prev(still).record(r).at(9).run();
+    assert_eq!(cond(&ready, condition::READY).last_transition_time, t(9));
+    assert_eq!(
+        cond(&ready, condition::RECONCILING).last_transition_time,
+        t(9)
+    );
+    assert_eq!(cond(&ready, condition::STALLED).last_transition_time, t(0));
+    assert_eq!(
+        cond(&ready, condition::SUCCEEDED).last_transition_time,
+        t(0)
+    );
+}
+
+#[test]
+fn observed_generation_follows_the_object() {
+    let prev = Case::new()
+        .record(exited(0, None, wire::EndReason::Exited))
+        .run();
+    let mut case = Case::new().prev(prev);
+    case.generation = 2;
+    let s = case.run();
+    assert_eq!(s.observed_generation, Some(2));
+    assert!(s
+        .conditions
+        .iter()
+        .all(|c| c.observed_generation == Some(2)));
+}
+
+#[test]
+fn output_is_refreshed_only_when_due_and_at_the_end() {
+    let first = Case::new().record(record(wire::Phase::Running)).run();
+    let mut more = record(wire::Phase::Running);
+    more.output.stdout_bytes = 100;
+    more.output.tail = "lots".into();
+    let mut case = Case::new().prev(first.clone()).record(more.clone());
+    case.output_due = false;
+    let held = case.run();
+    assert_eq!(held.output, first.output);
+    case.output_due = true;
+    assert_eq!(case.run().output.unwrap().stdout_bytes, 100);
+    // Final output is always taken.
+    let mut end = exited(0, None, wire::EndReason::Exited);
+    end.output.tail = "bye".into();
+    let mut case = Case::new().prev(first).record(end);
+    case.output_due = false;
+    assert_eq!(case.run().output.unwrap().tail, "bye");
+}
+
+#[test]
+fn ttl_counts_from_the_end() {
+    let mut spec = spec();
+    let done = Case::new()
+        .record(exited(0, None, wire::EndReason::Exited))
+        .run();
+    let finished = done.finished_at.clone().unwrap();
+    assert_eq!(ttl_remaining(&spec, &done, &finished), None);
+    spec.ttl_seconds_after_finished = Some(10);
+    assert_eq!(
+        ttl_remaining(&spec, &done, &finished),
+        Some(Duration::from_secs(10))
+    );
+    let later = Time(finished.0 + k8s_openapi::jiff::SignedDuration::from_secs(25));
+    assert_eq!(ttl_remaining(&spec, &done, &later), Some(Duration::ZERO));
+    assert_eq!(ttl_remaining(&spec, &running_status(), &later), None);
+}
+
+fn names(notes: &[Note]) -> Vec<&'static str> {
+    notes.iter().map(|n| n.reason).collect()
+}
+
+#[test]
+fn events_announce_each_transition_once() {
+    let pending = Case::new().run();
+    let mut r = record(wire::Phase::Running);
+    let running = Case::new().prev(pending.clone()).record(r.clone()).run();
+    assert_eq!(names(&transitions(&pending, &running)), ["Started"]);
+    r.ready = true;
+    let ready = Case::new().prev(running.clone()).record(r.clone()).run();
+    assert_eq!(names(&transitions(&running, &ready)), ["Ready"]);
+    assert!(transitions(&ready, &ready).is_empty());
+    let done = Case::new()
+        .prev(ready.clone())
+        .record(exited(0, None, wire::EndReason::Exited))
+        .run();
+    assert_eq!(names(&transitions(&ready, &done)), ["Exited"]);
+    assert!(transitions(&done, &done).is_empty());
+    let failed = Case::new()
+        .prev(ready.clone())
+        .record(exited(1, None, wire::EndReason::Exited))
+        .run();
+    let notes = transitions(&ready, &failed);
+    assert_eq!(names(&notes), ["Failed"]);
+    assert!(notes[0].warning);
+    let stopped = Case::new()
+        .prev(ready.clone())
+        .record(exited(143, Some(15), wire::EndReason::Stopped))
+        .run();
+    assert_eq!(names(&transitions(&ready, &stopped)), ["Stopped"]);
+    let stale = Case::new().prev(ready.clone()).pod(None).run();
+    assert_eq!(names(&transitions(&ready, &stale)), ["Stale"]);
+    // Started and ended between two looks: both announced.
+    let quick = Case::new()
+        .prev(pending.clone())
+        .record(exited(0, None, wire::EndReason::Exited))
+        .run();
+    assert_eq!(names(&transitions(&pending, &quick)), ["Started", "Exited"]);
+    // Agent lost: one warning, none while it stays lost.
+    let lost = Case::new()
+        .prev(ready.clone())
+        .agent(AgentView::Unreachable {
+            since: t(0),
+            message: "x".into(),
+        })
+        .at(60)
+        .run();
+    assert_eq!(names(&transitions(&ready, &lost)), ["Failed"]);
+    assert!(transitions(&lost, &lost).is_empty());
+}
