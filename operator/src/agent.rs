@@ -312,6 +312,11 @@ impl Agents {
         s.unreachable_since = None;
     }
 
+    pub fn unreachable_since(&self, url: &str) -> Option<Time> {
+        let state = self.state.lock().unwrap();
+        state.get(url).and_then(|s| s.unreachable_since.clone())
+    }
+
     /// Records a failed call; returns since when the agent has been unreachable.
     pub fn mark_unreachable(&self, url: &str, message: &str) -> Time {
         let mut state = self.state.lock().unwrap();
@@ -377,8 +382,14 @@ impl Agents {
                 }
                 Err(e) => {
                     let msg = e.to_string();
+                    let was_down = self.unreachable_since(&url).is_some();
                     let since = self.mark_unreachable(&url, &msg);
-                    warn!(agent = %url, error = %msg, since = %since.0, "agent watch failed");
+                    // Once per outage at warn level; the retries at debug.
+                    if was_down {
+                        debug!(agent = %url, error = %msg, "agent watch failed again");
+                    } else {
+                        warn!(agent = %url, error = %msg, since = %since.0, "agent watch failed");
+                    }
                 }
             }
             let ids: Vec<String> = {

@@ -95,6 +95,15 @@ pub struct Context {
     pub settings: Settings,
     /// When each object's output summary was last written.
     output_written: Mutex<HashMap<String, Instant>>,
+    /// When the agent first refused to start each object's process.
+    rejected_since: Mutex<HashMap<String, Instant>>,
+}
+
+impl Context {
+    fn forget(&self, uid: &str) {
+        self.output_written.lock().unwrap().remove(uid);
+        self.rejected_since.lock().unwrap().remove(uid);
+    }
 }
 
 impl Context {
@@ -298,7 +307,25 @@ async fn apply(
                         if error.code != ErrorCode::OperationInterrupted =>
                     {
                         ctx.agents.mark_reachable(&url);
-                        AgentView::Rejected(error)
+                        // The pod says the container runs, the runtime may not agree yet (or
+                        // it is restarting): ask again for a while before calling it final.
+                        let transient = matches!(
+                            error.code,
+                            ErrorCode::ContainerNotFound | ErrorCode::ContainerUnavailable
+                        );
+                        let since = *ctx
+                            .rejected_since
+                            .lock()
+                            .unwrap()
+                            .entry(uid.clone())
+                            .or_insert_with(Instant::now);
+                        if transient && since.elapsed() < settings.agent_grace {
+                            AgentView::Retrying {
+                                message: format!("{}: {}; retrying", error.code, error.message),
+                            }
+                        } else {
+                            AgentView::Rejected(error)
+                        }
                     }
                     Err(e) => unreachable_view(ctx, &url, &e),
                 }
@@ -332,7 +359,7 @@ async fn apply(
     }
     ctx.metrics.set_phase(&uid, next.phase);
     if status::is_final(&next) {
-        ctx.output_written.lock().unwrap().remove(&uid);
+        ctx.forget(&uid);
         return Ok(Action::await_change());
     }
 
@@ -343,6 +370,7 @@ async fn apply(
             != Some((r.output.stdout_bytes.min(i64::MAX as u64) as i64, r.output.stderr_bytes.min(i64::MAX as u64) as i64)));
     let action = match (&agent, held_output) {
         (_, Some(left)) if output_pending => Action::requeue(left + Duration::from_millis(50)),
+        (AgentView::Retrying { .. }, _) => Action::requeue(Duration::from_secs(2)),
         (AgentView::Unreachable { .. }, _) => Action::requeue(Duration::from_secs(5)),
         _ if next.phase == Some(Phase::Pending) => Action::requeue(Duration::from_secs(30)),
         _ => Action::requeue(Duration::from_secs(300)),
@@ -437,7 +465,7 @@ async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Action, Erro
     let done = |how: &str| {
         info!(how, "finalizer removed");
         ctx.metrics.set_phase(&uid, None);
-        ctx.output_written.lock().unwrap().remove(&uid);
+        ctx.forget(&uid);
         Ok(Action::await_change())
     };
     let Some(node) = node else {
@@ -544,6 +572,7 @@ pub async fn run(
         metrics,
         settings,
         output_written: Mutex::new(HashMap::new()),
+        rejected_since: Mutex::new(HashMap::new()),
     });
 
     let objects = Api::<SandboxProcess>::all(client);

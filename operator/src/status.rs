@@ -71,6 +71,9 @@ pub enum AgentView {
     NotFound,
     /// The agent refused to start the process (deterministic: container missing, bad cwd, ...).
     Rejected(wire::ApiError),
+    /// The agent refused for now, and will be asked again (the runtime has not caught up with
+    /// the pod's status yet): the process stays Pending with this message.
+    Retrying { message: String },
     /// No answer from the agent (or no agent known for the node) since `since`.
     Unreachable { since: Time, message: String },
 }
@@ -336,7 +339,7 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
             ))
         }
         // Started but not asked (cannot happen in the controller): keep what is stored.
-        AgentView::NotAsked | AgentView::Rejected(_) => None,
+        AgentView::NotAsked | AgentView::Rejected(_) | AgentView::Retrying { .. } => None,
     }
 }
 
@@ -456,6 +459,7 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
                 },
             )
         }
+        AgentView::Retrying { message } => pending("ContainerNotReady", message.clone()),
         AgentView::Unreachable { message, .. } => pending(
             "Starting",
             format!("waiting for the agent on node {node}: {message}"),

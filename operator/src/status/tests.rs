@@ -248,6 +248,18 @@ fn start_rejected_by_agent_is_error_with_its_code() {
 }
 
 #[test]
+fn start_retried_stays_pending() {
+    let s = Case::new()
+        .agent(AgentView::Retrying {
+            message: "container \"main\" not found yet".into(),
+        })
+        .run();
+    assert_eq!(s.phase, Some(Phase::Pending));
+    assert_eq!(cond(&s, condition::RECONCILING).reason, "ContainerNotReady");
+    assert!(!is_final(&s));
+}
+
+#[test]
 fn invalid_spec_is_error_naming_the_field() {
     let spec = spec();
     let invalid = Invalid {
