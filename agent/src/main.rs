@@ -10,7 +10,7 @@ use sandbox_agent::layout::Layout;
 use sandbox_agent::registry::{Config, Registry};
 use sandbox_agent::runtime::{cri::CriLookup, runc_state::RuncStateLookup, Lookup};
 use sandbox_agent::server::{router, AppState};
-use sandbox_agent::spawn::{install_supervisor, SpawnConfig};
+use sandbox_agent::spawn::{install_supervisor, HostNamespace, SpawnConfig};
 
 #[derive(Parser)]
 #[command(
@@ -73,17 +73,18 @@ struct Serve {
     /// into <state-dir>/bin.
     #[arg(long)]
     supervisor_binary: Option<PathBuf>,
-    /// Run supervisors in this mount namespace (the host's, from a hostPID pod).
+    /// Run supervisors in the host's mount namespace (from a hostPID pod): `runtime` = the
+    /// container runtime's (peer of --cri-socket), or a namespace file such as /proc/1/ns/mnt.
     #[arg(long)]
-    host_mount_ns: Option<PathBuf>,
+    host_mount_ns: Option<String>,
     /// Cgroup that supervisors are moved to, outside the agent pod's cgroup.
     #[arg(long, default_value = "sandbox-supervisors")]
     supervisor_cgroup: String,
     /// Leave supervisors in the agent's own cgroup (only for clusterless testing).
     #[arg(long)]
     no_supervisor_cgroup: bool,
-    /// The host's cgroup filesystem. Default: /sys/fs/cgroup, or /proc/1/root/sys/fs/cgroup with
-    /// --host-mount-ns (a container's own /sys/fs/cgroup shows only its own cgroup).
+    /// The host's cgroup filesystem. Default: /sys/fs/cgroup of the --host-mount-ns namespace
+    /// (a container's own /sys/fs/cgroup shows only its own cgroup).
     #[arg(long)]
     cgroup_root: Option<PathBuf>,
     /// Output kept per process; older output is dropped with an explicit gap marker.
@@ -199,16 +200,13 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         lookup,
         spawn: SpawnConfig {
             supervisor_bin,
-            host_mount_ns: s.host_mount_ns.clone(),
+            namespace: match s.host_mount_ns.as_deref() {
+                None => HostNamespace::Own,
+                Some("runtime") => HostNamespace::Runtime(s.cri_socket.clone()),
+                Some(p) => HostNamespace::Path(p.into()),
+            },
             cgroup: (!s.no_supervisor_cgroup).then(|| s.supervisor_cgroup.clone()),
-            cgroup_root: s.cgroup_root.clone().unwrap_or_else(|| {
-                if s.host_mount_ns.is_some() {
-                    "/proc/1/root/sys/fs/cgroup"
-                } else {
-                    "/sys/fs/cgroup"
-                }
-                .into()
-            }),
+            cgroup_root: s.cgroup_root.clone(),
         },
         runtime_binary: s.runtime_binary.clone(),
         default_runtime_root: s.runtime_root.clone(),

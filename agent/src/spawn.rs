@@ -10,30 +10,63 @@ use std::process::{Command, Stdio};
 use crate::exec_id::ExecId;
 use crate::layout::Layout;
 
+/// Which mount namespace supervisors run in.
+#[derive(Clone, Debug)]
+pub enum HostNamespace {
+    /// The agent's own (clusterless use, tests).
+    Own,
+    /// A namespace file such as `/proc/1/ns/mnt`.
+    Path(PathBuf),
+    /// The container runtime's: the peer of its CRI socket (SO_PEERCRED), resolved per spawn so a
+    /// runtime restart is followed. Works where pid 1 is not inspectable.
+    Runtime(PathBuf),
+}
+
+impl HostNamespace {
+    /// `/proc/<pid>` of a process in the target namespace, if not our own.
+    pub fn proc_dir(&self) -> std::io::Result<Option<PathBuf>> {
+        match self {
+            HostNamespace::Own => Ok(None),
+            HostNamespace::Path(p) => Ok(p.parent().and_then(Path::parent).map(Path::to_path_buf)),
+            HostNamespace::Runtime(sock) => {
+                use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+                let conn = std::os::unix::net::UnixStream::connect(sock)?;
+                let cred = getsockopt(&conn, PeerCredentials).map_err(std::io::Error::from)?;
+                Ok(Some(PathBuf::from(format!("/proc/{}", cred.pid()))))
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct SpawnConfig {
     /// Supervisor binary, as a path in the namespace the supervisor runs in.
     pub supervisor_bin: PathBuf,
-    /// Mount namespace to run supervisors in (`/proc/1/ns/mnt` in a hostPID pod); None = ours.
-    pub host_mount_ns: Option<PathBuf>,
+    pub namespace: HostNamespace,
     /// Cgroup (relative to each hierarchy's root) that supervisors are moved into; None = stay.
     pub cgroup: Option<String>,
-    /// Root of the cgroup filesystem.
-    pub cgroup_root: PathBuf,
+    /// Root of the cgroup filesystem; None = the target namespace's `/sys/fs/cgroup` (a
+    /// container's own /sys/fs/cgroup shows only its own cgroup).
+    pub cgroup_root: Option<PathBuf>,
 }
 
 impl SpawnConfig {
     /// Creates the supervisor cgroup in every mounted hierarchy; returns their `cgroup.procs`.
-    fn cgroup_procs(&self) -> std::io::Result<Vec<PathBuf>> {
+    fn cgroup_procs(&self, ns_proc: Option<&Path>) -> std::io::Result<Vec<PathBuf>> {
         let Some(name) = &self.cgroup else {
             return Ok(Vec::new());
         };
+        let cgroup_root = match (&self.cgroup_root, ns_proc) {
+            (Some(r), _) => r.clone(),
+            (None, Some(p)) => p.join("root/sys/fs/cgroup"),
+            (None, None) => PathBuf::from("/sys/fs/cgroup"),
+        };
         let mut out = Vec::new();
-        let unified = self.cgroup_root.join("cgroup.procs").exists();
+        let unified = cgroup_root.join("cgroup.procs").exists();
         let roots: Vec<PathBuf> = if unified {
-            vec![self.cgroup_root.clone()]
+            vec![cgroup_root.clone()]
         } else {
-            std::fs::read_dir(&self.cgroup_root)?
+            std::fs::read_dir(&cgroup_root)?
                 .flatten()
                 .map(|e| e.path())
                 // v1: one hierarchy per controller dir; skip symlinked aliases (cpu,cpuacct).
@@ -63,13 +96,14 @@ impl SpawnConfig {
 }
 
 pub fn spawn_supervisor(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std::io::Result<u32> {
+    let ns_proc = cfg.namespace.proc_dir()?;
     let procs: Vec<OwnedFd> = cfg
-        .cgroup_procs()?
+        .cgroup_procs(ns_proc.as_deref())?
         .iter()
         .map(|p| OpenOptions::new().write(true).open(p).map(OwnedFd::from))
         .collect::<std::io::Result<_>>()?;
-    let mntns: Option<OwnedFd> = match &cfg.host_mount_ns {
-        Some(p) => Some(File::open(p)?.into()),
+    let mntns: Option<OwnedFd> = match &ns_proc {
+        Some(p) => Some(File::open(p.join("ns/mnt"))?.into()),
         None => None,
     };
     let log = OpenOptions::new()
