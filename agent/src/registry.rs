@@ -69,6 +69,10 @@ impl Registry {
             let Some(name) = entry.file_name().to_str().map(str::to_string) else {
                 continue;
             };
+            if name.starts_with(".new-") {
+                let _ = std::fs::remove_dir_all(entry.path()); // a start interrupted by a crash
+                continue;
+            }
             let Ok(id) = ExecId::parse(&name) else {
                 continue;
             };
@@ -285,18 +289,22 @@ impl Registry {
                 .unwrap_or_else(|| self.cfg.default_runtime_root.clone()),
             retention_bytes: self.cfg.retention_bytes,
         };
-        // mkdir is the cross-restart idempotency point: once it exists, this id never spawns again.
-        match std::fs::create_dir(&proc_dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return self.wait_started(&id).await
-            }
-            Err(e) => return Err(AgentError::io("creating process dir")(e)),
-        }
-        record::write_json(&self.cfg.layout.process_spec(&id), &process, false)
+        // The process dir appears complete or not at all (written aside, then renamed): its
+        // existence is the cross-restart idempotency point — once there, this id never spawns again.
+        let staging = self.cfg.layout.procs_dir().join(format!(".new-{id}"));
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir(&staging).map_err(AgentError::io("creating process dir"))?;
+        record::write_json(&staging.join("process.json"), &process, false)
             .map_err(AgentError::io("writing process spec"))?;
-        record::write_json(&self.cfg.layout.launch(&id), &launch, false)
+        record::write_json(&staging.join("launch.json"), &launch, false)
             .map_err(AgentError::io("writing launch spec"))?;
+        if let Err(e) = std::fs::rename(&staging, &proc_dir) {
+            let _ = std::fs::remove_dir_all(&staging);
+            if proc_dir.exists() {
+                return self.wait_started(&id).await;
+            }
+            return Err(AgentError::io("publishing process dir")(e));
+        }
         let mut rx = self.subscribe();
         let pid = spawn::spawn_supervisor(&self.cfg.spawn, &self.cfg.layout, &id).map_err(|e| {
             AgentError::ProcessSpawnFailed {
