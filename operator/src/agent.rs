@@ -403,7 +403,7 @@ impl Agents {
                 let _ = self.notify.send(id);
             }
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            backoff = (backoff * 2).min(Duration::from_secs(2));
         }
     }
 

@@ -609,6 +609,8 @@ pub async fn run(
             match res {
                 Ok((o, _)) => debug!(object = %o, "reconciled"),
                 Err(controller::Error::ReconcilerFailed(..)) => {} // logged by error_policy
+                // A requeue of an object deleted meanwhile.
+                Err(controller::Error::ObjectNotFound(o)) => debug!(object = %o, "gone"),
                 Err(e) => warn!(error = %e, "controller"),
             }
             futures::future::ready(())
