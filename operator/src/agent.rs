@@ -456,7 +456,10 @@ impl Agents {
                     }
                 }
                 WatchEvent::Synced => {
-                    // A resync after a lag also ends with `synced`: drop what was not resent.
+                    // A resync after a lag also ends with `synced`: drop what was not resent
+                    // since the previous `synced`. (A record upserted after that `synced` and
+                    // forgotten during the lag stays cached; only our own DELETE forgets, after
+                    // which nothing looks at that record again.)
                     let gone: Vec<String> = s
                         .records
                         .keys()
@@ -480,5 +483,172 @@ impl Agents {
         for id in changed {
             let _ = self.notify.send(id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher;
+    use sandbox_api::wire::{OutputSummary, Phase};
+
+    fn agents(pods: Vec<Pod>) -> (Arc<Agents>, mpsc::UnboundedReceiver<String>) {
+        let mut w: Writer<Pod> = Writer::default();
+        w.apply_watcher_event(&watcher::Event::Init);
+        for p in pods {
+            w.apply_watcher_event(&watcher::Event::InitApply(p));
+        }
+        w.apply_watcher_event(&watcher::Event::InitDone);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let client = AgentClient::new("/nonexistent".into()).unwrap();
+        (Agents::new(client, None, Some(w.as_reader()), 9443, tx), rx)
+    }
+
+    fn agent_pod(name: &str, node: &str, phase: &str, ip: Option<&str>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "sandbox-system"},
+            "spec": {"nodeName": node, "containers": [{"name": "agent"}]},
+            "status": {"phase": phase, "podIP": ip}
+        }))
+        .unwrap()
+    }
+
+    fn rec(id: &str, revision: u64) -> ProcessRecord {
+        ProcessRecord {
+            exec_id: id.into(),
+            pod_uid: "p".into(),
+            container: "c".into(),
+            container_id: String::new(),
+            phase: Phase::Running,
+            pid: None,
+            host_pid: None,
+            started_at: None,
+            finished_at: None,
+            ready: false,
+            ready_at: None,
+            readiness_timed_out: false,
+            stop_requested: false,
+            exit: None,
+            end_reason: None,
+            error: None,
+            output: OutputSummary::default(),
+            revision,
+        }
+    }
+
+    #[tokio::test]
+    async fn agent_pods_are_found_by_node() {
+        let (a, _rx) = agents(vec![
+            agent_pod("a1", "n1", "Running", Some("10.0.0.5")),
+            agent_pod("a2", "n2", "Pending", None),
+            agent_pod("a3", "n3", "Running", Some("fd00::7")),
+        ]);
+        assert_eq!(
+            a.url_for_node("n1").as_deref(),
+            Some("http://10.0.0.5:9443")
+        );
+        assert_eq!(
+            a.url_for_node("n3").as_deref(),
+            Some("http://[fd00::7]:9443")
+        );
+        assert_eq!(a.url_for_node("n2"), None);
+        assert_eq!(a.url_for_node("n4"), None);
+        // A node without an agent is remembered since the first look.
+        let since = a.missing_since("n2");
+        assert_eq!(a.missing_since("n2"), since);
+        assert_eq!(
+            a.desired(),
+            HashSet::from([
+                "http://10.0.0.5:9443".to_string(),
+                "http://[fd00::7]:9443".to_string()
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn fixed_url_serves_every_node() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let client = AgentClient::new("/nonexistent".into()).unwrap();
+        let a = Agents::new(client, Some("http://127.0.0.1:1/".into()), None, 9443, tx);
+        assert_eq!(a.url_for_node("any").as_deref(), Some("http://127.0.0.1:1"));
+    }
+
+    #[tokio::test]
+    async fn watch_events_fill_the_cache_and_notify() {
+        let (a, mut rx) = agents(vec![]);
+        let url = "http://a:1";
+        let (mut seen, mut synced) = (HashSet::new(), false);
+        assert_eq!(a.cached(url, "x"), Cached::Unknown);
+        a.apply(
+            url,
+            WatchEvent::Upsert {
+                record: Box::new(rec("x", 1)),
+            },
+            &mut seen,
+            &mut synced,
+        );
+        a.apply(
+            url,
+            WatchEvent::Upsert {
+                record: Box::new(rec("y", 1)),
+            },
+            &mut seen,
+            &mut synced,
+        );
+        // Not synced yet: the cache is not an authority.
+        assert_eq!(a.cached(url, "x"), Cached::Unknown);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        assert!(matches!(a.cached(url, "x"), Cached::Record(r) if r.revision == 1));
+        assert_eq!(a.cached(url, "z"), Cached::Absent);
+        // Unchanged upserts do not notify; changes and deletions do.
+        a.apply(
+            url,
+            WatchEvent::Upsert {
+                record: Box::new(rec("x", 1)),
+            },
+            &mut seen,
+            &mut synced,
+        );
+        a.apply(
+            url,
+            WatchEvent::Upsert {
+                record: Box::new(rec("x", 2)),
+            },
+            &mut seen,
+            &mut synced,
+        );
+        a.apply(
+            url,
+            WatchEvent::Deleted {
+                exec_id: "y".into(),
+            },
+            &mut seen,
+            &mut synced,
+        );
+        let mut notified = Vec::new();
+        while let Ok(id) = rx.try_recv() {
+            notified.push(id);
+        }
+        assert_eq!(notified, ["x", "y", "x", "y"]);
+        assert_eq!(a.cached(url, "y"), Cached::Absent);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        assert!(matches!(a.cached(url, "x"), Cached::Record(_)));
+        // A full resend (after the agent found us lagging) that no longer lists x drops it.
+        a.apply(
+            url,
+            WatchEvent::Upsert {
+                record: Box::new(rec("v", 1)),
+            },
+            &mut seen,
+            &mut synced,
+        );
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        assert_eq!(a.cached(url, "x"), Cached::Absent);
+        assert!(matches!(a.cached(url, "v"), Cached::Record(_)));
+        // A direct answer never overrides a newer watched record.
+        a.remember(url, &rec("w", 5));
+        a.remember(url, &rec("w", 3));
+        assert!(matches!(a.cached(url, "w"), Cached::Record(r) if r.revision == 5));
     }
 }
