@@ -97,13 +97,21 @@ pub struct Context {
     output_written: Mutex<HashMap<String, Instant>>,
     /// When the agent first refused to start each object's process.
     rejected_since: Mutex<HashMap<String, Instant>>,
+    /// Consecutive failed reconciles of each object, for the retry backoff.
+    failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
     fn forget(&self, uid: &str) {
         self.output_written.lock().unwrap().remove(uid);
         self.rejected_since.lock().unwrap().remove(uid);
+        self.failures.lock().unwrap().remove(uid);
     }
+}
+
+/// Retry delay after `failures` consecutive failed reconciles: 1 s doubling to 5 min.
+pub fn retry_delay(failures: u32) -> Duration {
+    Duration::from_secs(1u64 << failures.saturating_sub(1).min(9)).min(Duration::from_secs(300))
 }
 
 impl Context {
@@ -125,7 +133,8 @@ async fn reconcile(obj: Arc<SandboxProcess>, ctx: Arc<Context>) -> Result<Action
     let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
     let span = tracing::info_span!("reconcile", object = %format!("{ns}/{}", obj.name_any()));
     let api: Api<SandboxProcess> = Api::namespaced(ctx.client.clone(), &ns);
-    async {
+    let uid = obj.uid().unwrap_or_default();
+    let result = async {
         finalizer(&api, FINALIZER, obj, |event| async {
             match event {
                 finalizer::Event::Apply(o) => apply(o, &ctx, &api).await,
@@ -136,7 +145,11 @@ async fn reconcile(obj: Arc<SandboxProcess>, ctx: Arc<Context>) -> Result<Action
         .map_err(|e| Error::Finalizer(Box::new(e)))
     }
     .instrument(span)
-    .await
+    .await;
+    if result.is_ok() {
+        ctx.failures.lock().unwrap().remove(&uid);
+    }
+    result
 }
 
 fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -146,7 +159,11 @@ fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> A
         "reconcile failed"
     );
     ctx.metrics.error(error.metric_label());
-    Action::requeue(Duration::from_secs(5))
+    let uid = obj.uid().unwrap_or_default();
+    let mut failures = ctx.failures.lock().unwrap();
+    let n = failures.entry(uid).or_insert(0);
+    *n = n.saturating_add(1);
+    Action::requeue(retry_delay(*n))
 }
 
 /// Looks up a started process at the agent of `node`.
@@ -573,6 +590,7 @@ pub async fn run(
         settings,
         output_written: Mutex::new(HashMap::new()),
         rejected_since: Mutex::new(HashMap::new()),
+        failures: Mutex::new(HashMap::new()),
     });
 
     let objects = Api::<SandboxProcess>::all(client);
@@ -618,4 +636,30 @@ pub async fn run(
         .await;
     watches.abort();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_to_five_minutes() {
+        let d: Vec<u64> = [1, 2, 3, 4, 9, 10, 50]
+            .iter()
+            .map(|n| retry_delay(*n).as_secs())
+            .collect();
+        assert_eq!(d, [1, 2, 4, 8, 256, 300, 300]);
+    }
+
+    #[test]
+    fn errors_have_metric_labels() {
+        let e = Error::Agent(AgentError::Unreachable {
+            url: "u".into(),
+            message: "m".into(),
+        });
+        assert_eq!(e.metric_label(), "agent_unreachable");
+        let wrapped = Error::Finalizer(Box::new(finalizer::Error::ApplyFailed(e)));
+        assert_eq!(wrapped.metric_label(), "agent_unreachable");
+        assert_eq!(Error::Cleanup("x".into()).metric_label(), "cleanup");
+    }
 }
