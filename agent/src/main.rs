@@ -214,18 +214,23 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         proc_root: s.proc_root.clone(),
     };
     let registry = Registry::open(cfg).await?;
+    // Streams (watch, log follow) end when shutdown starts, so graceful shutdown can finish;
+    // nothing the agent holds needs saving (supervisors own the state).
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let app = router(AppState {
         registry,
         auth: Arc::new(auth),
+        shutdown: stop_rx,
     });
     let listener = tokio::net::TcpListener::bind(s.listen)
         .await
         .with_context(|| format!("binding {}", s.listen))?;
     tracing::info!(listen = %listener.local_addr()?, "serving");
-    let shutdown = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("signal");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let shutdown = async move {
         tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
     };
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

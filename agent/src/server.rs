@@ -32,6 +32,13 @@ const READ_CHUNK: u64 = 4 << 20;
 pub struct AppState {
     pub registry: Arc<Registry>,
     pub auth: Arc<Auth>,
+    /// Becomes true when the agent shuts down: open streams end.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Resolves once shutdown has started.
+async fn stopping(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
 }
 
 impl IntoResponse for AgentError {
@@ -147,7 +154,8 @@ async fn logs(
     }
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let registry = st.registry.clone();
-    tokio::spawn(async move {
+    let stop = st.shutdown.clone();
+    let follow = async move {
         let mut pos = start;
         let mut budget = q.max_bytes.unwrap_or(u64::MAX);
         let want = q.stream.unwrap_or(LogStream::Both);
@@ -221,6 +229,9 @@ async fn logs(
                 record,
             }))
             .await;
+    };
+    tokio::spawn(async move {
+        tokio::select! { _ = follow => {}, _ = stopping(stop) => {} }
     });
     Ok(ndjson(rx))
 }
@@ -228,7 +239,8 @@ async fn logs(
 async fn watch(State(st): State<AppState>) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     let registry = st.registry.clone();
-    tokio::spawn(async move {
+    let stop = st.shutdown.clone();
+    let stream = async move {
         let mut sub = registry.subscribe();
         'outer: loop {
             for rec in registry.list() {
@@ -258,6 +270,9 @@ async fn watch(State(st): State<AppState>) -> Response {
                 }
             }
         }
+    };
+    tokio::spawn(async move {
+        tokio::select! { _ = stream => {}, _ = stopping(stop) => {} }
     });
     ndjson(rx)
 }

@@ -99,3 +99,44 @@ fn supervisor_pid(agent: &Agent, id: &str) -> i32 {
     .unwrap();
     v["pid"].as_i64().unwrap() as i32
 }
+
+#[tokio::test]
+async fn sigterm_with_an_open_watch_exits_promptly() {
+    use futures::StreamExt;
+    require_root();
+    let base = base_dir("term");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let mut agent = Agent::launch(&base, &runc_root, &[]);
+    let r = agent.start(&req(&ctr, &["sleep", "100"])).await.unwrap();
+    let resp = agent
+        .client
+        .get(agent.url("/v1/watch"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    body.next().await.unwrap().unwrap();
+    let pid = nix::unistd::Pid::from_raw(agent.pid() as i32);
+    let t0 = std::time::Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("agent still running 10 s after SIGTERM");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        t0.elapsed()
+    );
+    // The watch stream ended instead of holding the agent up.
+    while let Some(chunk) = body.next().await {
+        if chunk.is_err() {
+            break;
+        }
+    }
+    // The process was not the agent's to stop: it still runs under its supervisor.
+    agent.spawn();
+    assert_eq!(agent.record(&r.exec_id).await.phase, Phase::Running);
+}

@@ -246,6 +246,22 @@ impl Agent {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
 
+    /// Waits for the agent process to exit by itself.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                self.child = None;
+                return Some(st);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
