@@ -446,26 +446,8 @@ impl Registry {
 }
 
 fn skeleton(l: &LaunchSpec) -> ProcessRecord {
-    ProcessRecord {
-        exec_id: l.request.exec_id.clone(),
-        pod_uid: l.request.pod_uid.clone(),
-        container: l.request.container.clone(),
-        container_id: l.container_id.clone(),
-        phase: Phase::Starting,
-        pid: None,
-        host_pid: None,
-        started_at: None,
-        finished_at: None,
-        ready: false,
-        ready_at: None,
-        readiness_timed_out: false,
-        stop_requested: false,
-        exit: None,
-        end_reason: None,
-        error: None,
-        output: Default::default(),
-        revision: 0,
-    }
+    let r = &l.request;
+    ProcessRecord::starting(&r.exec_id, &r.pod_uid, &r.container, &l.container_id)
 }
 
 /// Request checks that need no container; messages name the field.

@@ -26,7 +26,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{pipe2, Pid};
 use sandbox_api::wire::{
-    ApiError, EndReason, ErrorCode, ExitStatus, OutputSummary, Phase, ProbeKind, ProcessRecord,
+    ApiError, EndReason, ErrorCode, ExitStatus, Phase, ProbeKind, ProcessRecord,
 };
 use serde::{Deserialize, Serialize};
 
@@ -171,26 +171,12 @@ impl Supervisor {
             }
             _ => None,
         };
-        let rec = ProcessRecord {
-            exec_id: req.exec_id.clone(),
-            pod_uid: req.pod_uid.clone(),
-            container: req.container.clone(),
-            container_id: spec.container_id.clone(),
-            phase: Phase::Starting,
-            pid: None,
-            host_pid: None,
-            started_at: None,
-            finished_at: None,
-            ready: false,
-            ready_at: None,
-            readiness_timed_out: false,
-            stop_requested: false,
-            exit: None,
-            end_reason: None,
-            error: None,
-            output: OutputSummary::default(),
-            revision: 0,
-        };
+        let rec = ProcessRecord::starting(
+            &req.exec_id,
+            &req.pod_uid,
+            &req.container,
+            &spec.container_id,
+        );
         let oom_before = procfs::oom_kills(spec.container_pid);
         let mut s = Supervisor {
             layout,

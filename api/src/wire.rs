@@ -259,6 +259,30 @@ pub struct ProcessRecord {
 }
 
 impl ProcessRecord {
+    /// A record in phase `Starting`: nothing launched yet.
+    pub fn starting(exec_id: &str, pod_uid: &str, container: &str, container_id: &str) -> Self {
+        ProcessRecord {
+            exec_id: exec_id.to_string(),
+            pod_uid: pod_uid.to_string(),
+            container: container.to_string(),
+            container_id: container_id.to_string(),
+            phase: Phase::Starting,
+            pid: None,
+            host_pid: None,
+            started_at: None,
+            finished_at: None,
+            ready: false,
+            ready_at: None,
+            readiness_timed_out: false,
+            stop_requested: false,
+            exit: None,
+            end_reason: None,
+            error: None,
+            output: OutputSummary::default(),
+            revision: 0,
+        }
+    }
+
     pub fn is_final(&self) -> bool {
         matches!(self.phase, Phase::Exited | Phase::Error)
     }

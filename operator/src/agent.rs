@@ -491,7 +491,7 @@ mod tests {
     use super::*;
     use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher;
-    use sandbox_api::wire::{OutputSummary, Phase};
+    use sandbox_api::wire::Phase;
 
     fn agents(pods: Vec<Pod>) -> (Arc<Agents>, mpsc::UnboundedReceiver<String>) {
         let mut w: Writer<Pod> = Writer::default();
@@ -516,24 +516,9 @@ mod tests {
 
     fn rec(id: &str, revision: u64) -> ProcessRecord {
         ProcessRecord {
-            exec_id: id.into(),
-            pod_uid: "p".into(),
-            container: "c".into(),
-            container_id: String::new(),
             phase: Phase::Running,
-            pid: None,
-            host_pid: None,
-            started_at: None,
-            finished_at: None,
-            ready: false,
-            ready_at: None,
-            readiness_timed_out: false,
-            stop_requested: false,
-            exit: None,
-            end_reason: None,
-            error: None,
-            output: OutputSummary::default(),
             revision,
+            ..ProcessRecord::starting(id, "p", "c", "")
         }
     }
 
