@@ -93,13 +93,7 @@ async fn main() {
     }
 
     // 2. exit → record visible through the API (watch stream), measured from the exit itself.
-    let resp = agent
-        .client
-        .get(agent.url("/v1/watch"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let resp = agent.watch().await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     tokio::spawn(async move {
         let mut body = resp.bytes_stream();

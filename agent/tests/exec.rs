@@ -621,14 +621,7 @@ async fn forget_stops_and_deletes() {
 async fn watch_streams_changes() {
     use futures::StreamExt;
     let f = fx();
-    let resp = f
-        .agent
-        .client
-        .get(f.agent.url("/v1/watch"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let resp = f.agent.watch().await;
     let mut body = resp.bytes_stream();
     let r = f
         .agent

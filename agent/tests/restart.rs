@@ -109,13 +109,7 @@ async fn sigterm_with_an_open_watch_exits_promptly() {
     let ctr = Container::start(&base, &runc_root, 0);
     let mut agent = Agent::launch(&base, &runc_root, &[]);
     let r = agent.start(&req(&ctr, &["sleep", "100"])).await.unwrap();
-    let resp = agent
-        .client
-        .get(agent.url("/v1/watch"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let resp = agent.watch().await;
     let mut body = resp.bytes_stream();
     body.next().await.unwrap().unwrap();
     let pid = nix::unistd::Pid::from_raw(agent.pid() as i32);

@@ -351,6 +351,19 @@ impl Agent {
         }
     }
 
+    /// Opens the `/v1/watch` stream.
+    pub async fn watch(&self) -> reqwest::Response {
+        let r = self
+            .client
+            .get(self.url("/v1/watch"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "watch");
+        r
+    }
+
     /// Reads the log endpoint to its end; returns the events.
     pub async fn logs(&self, id: &str, query: &str) -> Vec<LogEvent> {
         let r = self

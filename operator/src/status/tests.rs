@@ -26,22 +26,10 @@ fn pod(uid: &str) -> PodFacts {
 
 fn record(phase: wire::Phase) -> ProcessRecord {
     ProcessRecord {
-        exec_id: "obj-uid".into(),
-        pod_uid: "pod-1".into(),
-        container: "main".into(),
-        container_id: "ctr-1".into(),
         phase,
         pid: Some(42),
         host_pid: Some(4242),
         started_at: Some("2027-01-15T08:00:00.123456789Z".into()),
-        finished_at: None,
-        ready: false,
-        ready_at: None,
-        readiness_timed_out: false,
-        stop_requested: false,
-        exit: None,
-        end_reason: None,
-        error: None,
         output: OutputSummary {
             stdout_bytes: 3,
             stderr_bytes: 0,
@@ -49,6 +37,7 @@ fn record(phase: wire::Phase) -> ProcessRecord {
             dropped_bytes: 0,
         },
         revision: 1,
+        ..ProcessRecord::starting("obj-uid", "pod-1", "main", "ctr-1")
     }
 }
 
