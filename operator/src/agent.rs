@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
 use sandbox_api::wire::{
-    ApiError, ErrorCode, ProcessRecord, SignalRequest, StartRequest, WatchEvent,
+    ApiError, ErrorCode, LogQuery, ProcessRecord, SignalRequest, StartRequest, WatchEvent,
 };
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -151,6 +151,41 @@ impl AgentClient {
             });
         let resp = self.send(url, r).await?;
         Self::record(resp, url).await
+    }
+
+    /// One signal to the process group, outside the stop sequence (`kubectl sandbox kill`).
+    pub async fn signal(
+        &self,
+        url: &str,
+        id: &str,
+        signal: i32,
+    ) -> Result<ProcessRecord, AgentError> {
+        let r = self
+            .http
+            .post(format!("{url}/v1/processes/{id}/signal"))
+            .timeout(Duration::from_secs(10))
+            .json(&SignalRequest {
+                stop: false,
+                signal: Some(signal),
+                grace_seconds: None,
+            });
+        let resp = self.send(url, r).await?;
+        Self::record(resp, url).await
+    }
+
+    /// The process's output as the agent's NDJSON stream of `LogEvent`s. No overall timeout: a
+    /// follow lasts until the process ends or the caller goes away.
+    pub async fn logs(
+        &self,
+        url: &str,
+        id: &str,
+        query: &LogQuery,
+    ) -> Result<reqwest::Response, AgentError> {
+        let r = self
+            .http
+            .get(format!("{url}/v1/processes/{id}/logs"))
+            .query(query);
+        self.send(url, r).await
     }
 
     /// Stops the process if it runs (waiting for it to end) and forgets it. Unknown ids succeed.

@@ -8,3 +8,4 @@ pub mod lease;
 pub mod metrics;
 pub mod pod;
 pub mod status;
+pub mod subresources;

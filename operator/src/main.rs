@@ -11,6 +11,7 @@ use kube::{Api, Client};
 use sandbox_operator::controller::{self, Settings};
 use sandbox_operator::lease::{LeaderElector, LeaseConfig};
 use sandbox_operator::metrics::{self, Metrics};
+use sandbox_operator::subresources;
 use tokio::sync::watch;
 use tracing::{error, info};
 
@@ -52,6 +53,15 @@ struct Args {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
+    /// Serve the subresource API (`sandboxprocesses/log`, `/signal`, reached through the API
+    /// server's aggregation layer) on this address; off when unset.
+    #[arg(long)]
+    subresources_addr: Option<SocketAddr>,
+    /// Serving certificate of the subresource API (PEM).
+    #[arg(long, default_value = "/var/run/secrets/sandbox.dev/serving/tls.crt")]
+    tls_cert_file: PathBuf,
+    #[arg(long, default_value = "/var/run/secrets/sandbox.dev/serving/tls.key")]
+    tls_key_file: PathBuf,
 }
 
 fn identity(args: &Args) -> String {
@@ -93,6 +103,33 @@ async fn main() -> anyhow::Result<()> {
         tokio::spawn(async move {
             if let Err(e) = metrics::serve(addr, m).await {
                 error!(error = %e, %addr, "metrics endpoint");
+            }
+        });
+    }
+
+    // Every replica serves the subresource API, leader or not: it only reads.
+    if let Some(addr) = args.subresources_addr {
+        let (client, args) = (client.clone(), &args);
+        let agents = sandbox_operator::agent::AgentClient::new(args.agent_token_file.clone())?;
+        let (namespace, agent_port, agent_url) = (
+            args.namespace.clone(),
+            args.agent_port,
+            args.agent_url.clone(),
+        );
+        let (cert, key) = (args.tls_cert_file.clone(), args.tls_key_file.clone());
+        tokio::spawn(async move {
+            let request_headers = subresources::request_header_config(&client).await;
+            let server = subresources::Server {
+                client,
+                agents,
+                request_headers,
+                namespace,
+                agent_port,
+                agent_url,
+            };
+            if let Err(e) = subresources::run(server, addr, &cert, &key).await {
+                error!(error = %e, %addr, "subresource API stopped");
+                std::process::exit(1);
             }
         });
     }

@@ -1,0 +1,428 @@
+//! The SandboxProcess side of the commands: create, stop/signal, list, wait.
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Api, Client, Resource, ResourceExt};
+use sandbox_api::crd::{EnvVar, Phase, SandboxProcess, SandboxProcessStatus};
+use sandbox_api::wire::ProcessRecord;
+use serde::Serialize;
+
+use crate::error::CliError;
+use crate::logs;
+
+pub struct Ctx {
+    pub client: Client,
+    pub namespace: String,
+}
+
+impl Ctx {
+    fn api(&self) -> Api<SandboxProcess> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+}
+
+pub struct RunSpec {
+    pub pod: String,
+    pub container: Option<String>,
+    pub name: Option<String>,
+    pub env: Vec<EnvVar>,
+    pub workdir: Option<String>,
+    pub timeout: Option<i64>,
+    pub argv: Vec<String>,
+}
+
+/// `NAME=VALUE` (the value may contain `=` and be empty).
+pub fn parse_env(kv: &str) -> Result<EnvVar, CliError> {
+    match kv.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok(EnvVar {
+            name: name.into(),
+            value: value.into(),
+        }),
+        _ => Err(CliError::Usage(format!("--env: {kv:?} is not NAME=VALUE"))),
+    }
+}
+
+fn kind_name(name: &str) -> String {
+    format!("sandboxprocess.sandbox.dev/{name}")
+}
+
+fn status(o: &SandboxProcess) -> SandboxProcessStatus {
+    o.status.clone().unwrap_or_default()
+}
+
+fn is_final(o: &SandboxProcess) -> bool {
+    matches!(status(o).phase, Some(Phase::Exited | Phase::Error))
+}
+
+fn is_ready(o: &SandboxProcess) -> bool {
+    status(o)
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn print_object<T: Serialize>(o: &T, format: &str) -> Result<(), CliError> {
+    let text = match format {
+        "yaml" => serde_yaml_ng::to_string(o).map_err(|e| CliError::Api(e.to_string()))?,
+        _ => serde_json::to_string_pretty(o).map_err(|e| CliError::Api(e.to_string()))? + "\n",
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// Waits (forever when `timeout` is `None`) for `cond` on the named object.
+async fn until(
+    ctx: &Ctx,
+    name: &str,
+    timeout: Option<Duration>,
+    what: &str,
+    cond: impl Fn(&SandboxProcess) -> bool,
+) -> Result<SandboxProcess, CliError> {
+    let fut = await_condition(ctx.api(), name, move |o: Option<&SandboxProcess>| {
+        // A deleted object also ends the wait; reported below.
+        o.is_none_or(&cond)
+    });
+    let got = match timeout {
+        Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| {
+            CliError::Timeout(format!(
+                "timed out after {}s waiting for {} to {what}",
+                t.as_secs(),
+                kind_name(name)
+            ))
+        })?,
+        None => fut.await,
+    }
+    .map_err(|e| CliError::Api(format!("watching {}: {e}", kind_name(name))))?;
+    got.ok_or_else(|| CliError::Api(format!("{} was deleted", kind_name(name))))
+}
+
+/// The exit status `run --wait` and `wait --for exit` report for a final object.
+fn exit_code(o: &SandboxProcess) -> Result<u8, CliError> {
+    let s = status(o);
+    match (s.phase, s.exit, s.error) {
+        (Some(Phase::Exited), Some(exit), _) => Ok(exit.code.clamp(0, 255) as u8),
+        (_, _, Some(error)) => Err(CliError::Process {
+            name: o.name_any(),
+            error,
+        }),
+        _ => Err(CliError::Api(format!(
+            "{} ended without an exit status",
+            kind_name(&o.name_any())
+        ))),
+    }
+}
+
+pub async fn run(
+    ctx: &Ctx,
+    spec: RunSpec,
+    wait: bool,
+    output: Option<&str>,
+) -> Result<u8, CliError> {
+    let mut meta = serde_json::json!({"namespace": ctx.namespace});
+    match &spec.name {
+        Some(n) => meta["name"] = n.clone().into(),
+        None => meta["generateName"] = format!("{}-", spec.pod).into(),
+    }
+    let mut s = serde_json::json!({"podName": spec.pod, "command": spec.argv});
+    if let Some(c) = &spec.container {
+        s["container"] = c.clone().into();
+    }
+    if let Some(d) = &spec.workdir {
+        s["workingDir"] = d.clone().into();
+    }
+    if let Some(t) = spec.timeout {
+        s["timeoutSeconds"] = t.into();
+    }
+    if !spec.env.is_empty() {
+        s["env"] = serde_json::to_value(&spec.env).expect("env serializes");
+    }
+    // Through serde so the spec's defaults (stopSignal, grace period) apply.
+    let obj: SandboxProcess = serde_json::from_value(serde_json::json!({
+        "apiVersion": SandboxProcess::api_version(&()),
+        "kind": SandboxProcess::kind(&()),
+        "metadata": meta,
+        "spec": s,
+    }))
+    .map_err(|e| CliError::Usage(e.to_string()))?;
+    let created = ctx.api().create(&PostParams::default(), &obj).await?;
+    let name = created.name_any();
+    if !wait {
+        match output {
+            Some(f) => print_object(&created, f)?,
+            None => println!("{} created", kind_name(&name)),
+        }
+        return Ok(0);
+    }
+    wait_started(ctx, &name).await?;
+    let opts = logs::Options {
+        follow: true,
+        stream: "both".into(),
+        ..Default::default()
+    };
+    logs::print(&ctx.client, &ctx.namespace, &name, &opts).await?;
+    let done = until(ctx, &name, None, "end", is_final).await?;
+    exit_code(&done)
+}
+
+/// Waits until the process was started somewhere (so it has output to read); a process that
+/// could not start is an error with its reason.
+pub async fn wait_started(ctx: &Ctx, name: &str) -> Result<(), CliError> {
+    let o = until(ctx, name, None, "start", |o| {
+        status(o).node_name.is_some() || is_final(o)
+    })
+    .await?;
+    if status(&o).node_name.is_none() {
+        exit_code(&o)?;
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitFor {
+    Exit,
+    Ready,
+}
+
+pub async fn wait(
+    ctx: &Ctx,
+    name: &str,
+    what: WaitFor,
+    timeout_secs: u64,
+    output: Option<&str>,
+) -> Result<u8, CliError> {
+    let timeout = (timeout_secs > 0).then(|| Duration::from_secs(timeout_secs));
+    let o = match what {
+        WaitFor::Exit => until(ctx, name, timeout, "exit", is_final).await?,
+        WaitFor::Ready => {
+            let o = until(ctx, name, timeout, "be ready", |o| {
+                is_ready(o) || is_final(o)
+            })
+            .await?;
+            if !is_ready(&o) {
+                exit_code(&o)?;
+                return Err(CliError::Api(format!(
+                    "{} ended without becoming ready",
+                    kind_name(name)
+                )));
+            }
+            o
+        }
+    };
+    if what == WaitFor::Exit {
+        // An Error phase is a failure of the wait too (exit 125, with the reason).
+        if status(&o).phase == Some(Phase::Error) {
+            exit_code(&o)?;
+        }
+    }
+    match output {
+        Some(f) => print_object(&o, f)?,
+        None => println!("{} condition met", kind_name(name)),
+    }
+    Ok(0)
+}
+
+pub async fn kill(
+    ctx: &Ctx,
+    name: &str,
+    signal: Option<i32>,
+    output: Option<&str>,
+) -> Result<(), CliError> {
+    let Some(sig) = signal else {
+        let patch = serde_json::json!({"spec": {"stop": true}});
+        let o = ctx
+            .api()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        match output {
+            Some(f) => print_object(&o, f)?,
+            None => println!(
+                "{} stopping (signal {}, SIGKILL after {}s)",
+                kind_name(name),
+                o.spec.stop_signal,
+                o.spec.termination_grace_period_seconds
+            ),
+        }
+        return Ok(());
+    };
+    let url = format!(
+        "{}/namespaces/{}/sandboxprocesses/{}/signal",
+        logs::PATH_PREFIX,
+        ctx.namespace,
+        name
+    );
+    let body = serde_json::to_vec(&serde_json::json!({"signal": sig})).expect("json");
+    let req = http::Request::post(&url)
+        .header("content-type", "application/json")
+        .body(body)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let rec: ProcessRecord = ctx.client.request(req).await?;
+    match output {
+        Some(f) => print_object(&rec, f)?,
+        None => println!("{}: signal {sig} sent", kind_name(name)),
+    }
+    Ok(())
+}
+
+fn age(o: &SandboxProcess) -> String {
+    let Some(t) = o.metadata.creation_timestamp.as_ref() else {
+        return "<unknown>".into();
+    };
+    let secs = Timestamp::now().duration_since(t.0).as_secs().max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 3600 * 2 => format!("{}m", s / 60),
+        s if s < 86400 * 2 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+pub fn table(items: &[SandboxProcess], with_namespace: bool) -> String {
+    let mut rows = vec![];
+    let mut head = vec!["NAME", "POD", "PHASE", "READY", "EXIT", "REASON", "AGE"];
+    if with_namespace {
+        head.insert(0, "NAMESPACE");
+    }
+    rows.push(head.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    for o in items {
+        let s = status(o);
+        let ready = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status.clone());
+        let mut row = vec![
+            o.name_any(),
+            o.spec.pod_name.clone(),
+            s.phase.map(|p| p.to_string()).unwrap_or_default(),
+            ready.unwrap_or_default(),
+            s.exit.map(|e| e.code.to_string()).unwrap_or_default(),
+            s.end_reason
+                .map(|r| r.to_string())
+                .or_else(|| s.error.map(|e| e.code.as_str().to_string()))
+                .unwrap_or_default(),
+            age(o),
+        ];
+        if with_namespace {
+            row.insert(0, o.namespace().unwrap_or_default());
+        }
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+pub async fn list(
+    ctx: &Ctx,
+    all_namespaces: bool,
+    selector: Option<&str>,
+    output: Option<&str>,
+) -> Result<(), CliError> {
+    let api: Api<SandboxProcess> = if all_namespaces {
+        Api::all(ctx.client.clone())
+    } else {
+        ctx.api()
+    };
+    let mut lp = ListParams::default();
+    if let Some(s) = selector {
+        lp = lp.labels(s);
+    }
+    let list = api.list(&lp).await?;
+    match output {
+        Some("name") => {
+            for o in &list.items {
+                println!("{}", kind_name(&o.name_any()));
+            }
+        }
+        Some(f) => {
+            let v = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": list.items,
+            });
+            print_object(&v, f)?;
+        }
+        None if list.items.is_empty() => {
+            if all_namespaces {
+                eprintln!("No resources found");
+            } else {
+                eprintln!("No resources found in {} namespace.", ctx.namespace);
+            }
+        }
+        None => print!("{}", table(&list.items, all_namespaces)),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_pairs() {
+        let e = parse_env("A=b=c").unwrap();
+        assert_eq!((e.name.as_str(), e.value.as_str()), ("A", "b=c"));
+        assert_eq!(parse_env("EMPTY=").unwrap().value, "");
+        for bad in ["novalue", "=x", ""] {
+            let err = parse_env(bad).unwrap_err().to_string();
+            assert!(err.starts_with("--env"), "{err}");
+        }
+    }
+
+    #[test]
+    fn table_columns() {
+        let o: SandboxProcess = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"podName": "web", "command": ["true"]},
+            "status": {"phase": "Exited", "exit": {"code": 3}, "endReason": "Exited",
+                       "conditions": [{"type": "Ready", "status": "False", "reason": "Exited",
+                                       "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap();
+        let t = table(&[o], true);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("NAMESPACE   NAME"), "{t}");
+        let cols: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            &cols[..7],
+            ["ns", "p", "web", "Exited", "False", "3", "Exited"]
+        );
+    }
+
+    #[test]
+    fn exit_codes() {
+        let mk = |status: serde_json::Value| -> SandboxProcess {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p"}, "spec": {"podName": "w", "command": ["x"]},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        assert_eq!(
+            exit_code(&mk(
+                serde_json::json!({"phase": "Exited", "exit": {"code": 137, "signal": 9}})
+            ))
+            .unwrap(),
+            137
+        );
+        let e = exit_code(&mk(serde_json::json!({"phase": "Error",
+            "error": {"code": "ContainerNotFound", "message": "no container x"}})))
+        .unwrap_err();
+        assert_eq!(e.exit_code(), 125);
+        assert!(e.to_string().contains("ContainerNotFound"), "{e}");
+    }
+}

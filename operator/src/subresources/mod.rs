@@ -1,0 +1,436 @@
+//! An extension API server (Kubernetes API aggregation) for what a CRD cannot serve: the output
+//! of a SandboxProcess and one-off signals, as subresources in their own group:
+//!
+//! - `GET  /apis/subresources.sandbox.dev/v1alpha1/namespaces/NS/sandboxprocesses/NAME/log`
+//!   `?follow=true&since=CURSOR&stream=stdout|stderr|both&maxBytes=N` → NDJSON `LogEvent`s
+//! - `POST /apis/subresources.sandbox.dev/v1alpha1/namespaces/NS/sandboxprocesses/NAME/signal`
+//!   `{"signal": N}` → the agent's `ProcessRecord`
+//!
+//! Users reach it only through the API server (`kubectl get --raw`, `kubectl sandbox logs`), which
+//! authenticates them and checks RBAC on `sandboxprocesses/log` (verb `get`) or
+//! `sandboxprocesses/signal` (`create`) in `subresources.sandbox.dev`. We then check, with a
+//! SubjectAccessReview for the same user, `get` (log) or `update` (signal) on the SandboxProcess
+//! itself: whoever cannot read the object cannot read its output. The agent API stays private
+//! to the operator. Why this transport: docs/logs.md.
+pub mod frontproxy;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use sandbox_api::crd::{SandboxProcess, GROUP};
+use sandbox_api::wire::{ErrorCode, LogQuery, LogStream};
+use serde::Deserialize;
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::agent::{AgentClient, AgentError, AGENT_SELECTOR};
+use frontproxy::{RequestHeaderConfig, UserInfo};
+use tls::Peer;
+
+pub const API_GROUP: &str = "subresources.sandbox.dev";
+pub const API_VERSION: &str = "v1alpha1";
+
+/// Errors of the extension API, answered as a Kubernetes `Status` (what kubectl prints).
+#[derive(Debug, thiserror::Error)]
+pub enum SubresourceError {
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl SubresourceError {
+    fn status(&self) -> (StatusCode, &'static str) {
+        match self {
+            SubresourceError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            SubresourceError::Forbidden(_) => (StatusCode::FORBIDDEN, "Forbidden"),
+            SubresourceError::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
+            SubresourceError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
+            SubresourceError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
+            SubresourceError::Unavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
+            }
+            SubresourceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
+        }
+    }
+}
+
+impl IntoResponse for SubresourceError {
+    fn into_response(self) -> Response {
+        let (code, reason) = self.status();
+        let body = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.to_string(),
+            "reason": reason,
+            "code": code.as_u16(),
+        });
+        (code, Json(body)).into_response()
+    }
+}
+
+type Result<T, E = SubresourceError> = std::result::Result<T, E>;
+
+pub struct Server {
+    pub client: Client,
+    pub agents: AgentClient,
+    pub request_headers: RequestHeaderConfig,
+    /// Namespace of the agent pods.
+    pub namespace: String,
+    pub agent_port: u16,
+    /// `--agent-url`: one agent for every node.
+    pub agent_url: Option<String>,
+}
+
+/// Reads the request-header settings the API server publishes, waiting until they can be read.
+pub async fn request_header_config(client: &Client) -> RequestHeaderConfig {
+    let api = Api::<ConfigMap>::namespaced(client.clone(), frontproxy::CONFIGMAP_NAMESPACE);
+    let mut delay = std::time::Duration::from_secs(1);
+    loop {
+        let err = match api.get(frontproxy::CONFIGMAP_NAME).await {
+            Ok(cm) => match RequestHeaderConfig::from_configmap(&cm) {
+                Ok(c) => return c,
+                Err(e) => e.to_string(),
+            },
+            Err(e) => format!(
+                "reading {}/{}: {e}",
+                frontproxy::CONFIGMAP_NAMESPACE,
+                frontproxy::CONFIGMAP_NAME
+            ),
+        };
+        warn!(error = %err, "subresource API not serving yet");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(60));
+    }
+}
+
+pub async fn run(
+    server: Server,
+    addr: SocketAddr,
+    cert_file: &std::path::Path,
+    key_file: &std::path::Path,
+) -> anyhow::Result<()> {
+    let cfg = tls::server_config(cert_file, key_file, &server.request_headers.client_ca_pem)?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    info!(%addr, group = API_GROUP, "serving the subresource API");
+    tls::serve(listener, cfg, router(Arc::new(server))).await?;
+    Ok(())
+}
+
+pub fn router(server: Arc<Server>) -> Router {
+    let base = format!("/apis/{API_GROUP}/{API_VERSION}");
+    Router::new()
+        .route("/apis", get(group_list))
+        .route(&format!("/apis/{API_GROUP}"), get(group))
+        .route(&base, get(resource_list))
+        .route(
+            &format!("{base}/namespaces/{{namespace}}/sandboxprocesses/{{name}}/log"),
+            get(log),
+        )
+        .route(
+            &format!("{base}/namespaces/{{namespace}}/sandboxprocesses/{{name}}/signal"),
+            post(signal),
+        )
+        .fallback(|| async {
+            SubresourceError::NotFound("the server could not find the requested resource".into())
+        })
+        .with_state(server)
+}
+
+fn group_json() -> serde_json::Value {
+    let gv = format!("{API_GROUP}/{API_VERSION}");
+    json!({
+        "name": API_GROUP,
+        "versions": [{"groupVersion": gv, "version": API_VERSION}],
+        "preferredVersion": {"groupVersion": gv, "version": API_VERSION},
+    })
+}
+
+async fn group_list() -> Json<serde_json::Value> {
+    Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_json()]}))
+}
+
+async fn group() -> Json<serde_json::Value> {
+    let mut g = group_json();
+    g["kind"] = "APIGroup".into();
+    g["apiVersion"] = "v1".into();
+    Json(g)
+}
+
+async fn resource_list() -> Json<serde_json::Value> {
+    Json(json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": format!("{API_GROUP}/{API_VERSION}"),
+        "resources": [
+            {"name": "sandboxprocesses/log", "singularName": "", "namespaced": true,
+             "kind": "SandboxProcessLog", "verbs": ["get"]},
+            {"name": "sandboxprocesses/signal", "singularName": "", "namespaced": true,
+             "kind": "SandboxProcessSignal", "verbs": ["create"]},
+        ],
+    }))
+}
+
+/// The user the API server's front proxy vouches for.
+fn caller(server: &Server, peer: &Peer, headers: &HeaderMap) -> Result<UserInfo> {
+    if !server.request_headers.allows(peer.common_name.as_deref()) {
+        return Err(SubresourceError::Unauthorized(format!(
+            "client certificate {:?} is not an allowed request-header proxy",
+            peer.common_name.as_deref().unwrap_or("")
+        )));
+    }
+    server
+        .request_headers
+        .user(headers)
+        .ok_or_else(|| SubresourceError::Unauthorized("no user in the request headers".into()))
+}
+
+/// RBAC on the SandboxProcess itself, for the caller.
+async fn authorize(
+    server: &Server,
+    user: &UserInfo,
+    verb: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<()> {
+    let sar = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.username.clone()),
+            uid: user.uid.clone(),
+            groups: Some(user.groups.clone()),
+            extra: Some(user.extra.clone()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(GROUP.into()),
+                resource: Some("sandboxprocesses".into()),
+                verb: Some(verb.into()),
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let review = Api::<SubjectAccessReview>::all(server.client.clone())
+        .create(&PostParams::default(), &sar)
+        .await
+        .map_err(|e| SubresourceError::Internal(format!("SubjectAccessReview: {e}")))?;
+    if review.status.is_some_and(|s| s.allowed) {
+        Ok(())
+    } else {
+        Err(SubresourceError::Forbidden(format!(
+            "sandboxprocesses.{GROUP} \"{name}\" is forbidden: User \"{}\" cannot {verb} resource \"sandboxprocesses\" in API group \"{GROUP}\" in the namespace \"{namespace}\"",
+            user.username
+        )))
+    }
+}
+
+/// The object, the agent serving its node and the process's exec id.
+async fn locate(server: &Server, namespace: &str, name: &str) -> Result<(String, String)> {
+    let sbp = Api::<SandboxProcess>::namespaced(server.client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| SubresourceError::Internal(format!("reading the SandboxProcess: {e}")))?
+        .ok_or_else(|| {
+            SubresourceError::NotFound(format!("sandboxprocesses.{GROUP} \"{name}\" not found"))
+        })?;
+    let status = sbp.status.clone().unwrap_or_default();
+    let Some(node) = status.node_name.clone() else {
+        let phase = status.phase.map(|p| p.to_string());
+        let why = status
+            .error
+            .map(|e| format!(" ({}: {})", e.code.as_str(), e.message))
+            .unwrap_or_default();
+        return Err(SubresourceError::BadRequest(format!(
+            "sandboxprocess \"{name}\" has not started a process (phase {}){why}",
+            phase.as_deref().unwrap_or("unset")
+        )));
+    };
+    let uid = sbp.metadata.uid.clone().unwrap_or_default();
+    let url = agent_url(server, &node).await?;
+    Ok((url, uid))
+}
+
+async fn agent_url(server: &Server, node: &str) -> Result<String> {
+    if let Some(u) = &server.agent_url {
+        return Ok(u.trim_end_matches('/').to_string());
+    }
+    let pods = Api::<Pod>::namespaced(server.client.clone(), &server.namespace)
+        .list(
+            &ListParams::default()
+                .labels(AGENT_SELECTOR)
+                .fields(&format!("spec.nodeName={node}")),
+        )
+        .await
+        .map_err(|e| SubresourceError::Internal(format!("listing agent pods: {e}")))?;
+    pods.items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let s = p.status.as_ref()?;
+            (s.phase.as_deref() == Some("Running")).then(|| s.pod_ip.clone())?
+        })
+        .map(|ip| {
+            if ip.contains(':') {
+                format!("http://[{ip}]:{}", server.agent_port)
+            } else {
+                format!("http://{ip}:{}", server.agent_port)
+            }
+        })
+        .next()
+        .ok_or_else(|| SubresourceError::Unavailable(format!("no running agent on node {node}")))
+}
+
+fn agent_error(e: AgentError, name: &str) -> SubresourceError {
+    match e {
+        AgentError::Api { error, .. } if error.code == ErrorCode::ProcessNotFound => {
+            SubresourceError::NotFound(format!(
+                "the agent holds no process for sandboxprocess \"{name}\" (its output is gone)"
+            ))
+        }
+        AgentError::Api { error, .. } if error.code == ErrorCode::InvalidRequest => {
+            SubresourceError::BadRequest(error.message)
+        }
+        AgentError::Api { error, .. } => {
+            SubresourceError::Conflict(format!("{}: {}", error.code, error.message))
+        }
+        e @ AgentError::Unreachable { .. } => SubresourceError::Unavailable(e.to_string()),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LogParams {
+    #[serde(default)]
+    follow: bool,
+    since: Option<String>,
+    stream: Option<String>,
+    max_bytes: Option<u64>,
+}
+
+fn parse_stream(s: Option<&str>) -> Result<Option<LogStream>> {
+    Ok(match s.map(str::to_ascii_lowercase).as_deref() {
+        None => None,
+        Some("stdout") => Some(LogStream::Stdout),
+        Some("stderr") => Some(LogStream::Stderr),
+        Some("both") => Some(LogStream::Both),
+        Some(other) => {
+            return Err(SubresourceError::BadRequest(format!(
+                "stream: {other:?} is not one of stdout, stderr, both"
+            )))
+        }
+    })
+}
+
+async fn log(
+    State(server): State<Arc<Server>>,
+    Extension(peer): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+    params: std::result::Result<Query<LogParams>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response> {
+    let user = caller(&server, &peer, &headers)?;
+    let Query(p) = params.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
+    let query = LogQuery {
+        since: p.since.filter(|s| !s.is_empty()),
+        follow: p.follow,
+        max_bytes: p.max_bytes,
+        stream: parse_stream(p.stream.as_deref())?,
+    };
+    authorize(&server, &user, "get", &namespace, &name).await?;
+    let (url, id) = locate(&server, &namespace, &name).await?;
+    let resp = server
+        .agents
+        .logs(&url, &id, &query)
+        .await
+        .map_err(|e| agent_error(e, &name))?;
+    Ok(Response::builder()
+        .header(header::CONTENT_TYPE, "application/x-ndjson")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(resp.bytes_stream()))
+        .expect("static headers are valid"))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignalBody {
+    signal: i32,
+}
+
+async fn signal(
+    State(server): State<Arc<Server>>,
+    Extension(peer): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: std::result::Result<Json<SignalBody>, JsonRejection>,
+) -> Result<Response> {
+    let user = caller(&server, &peer, &headers)?;
+    let Json(b) = body.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
+    if !(1..=64).contains(&b.signal) {
+        return Err(SubresourceError::BadRequest(format!(
+            "signal: {} is not a signal number (1-64)",
+            b.signal
+        )));
+    }
+    authorize(&server, &user, "update", &namespace, &name).await?;
+    let (url, id) = locate(&server, &namespace, &name).await?;
+    let rec = server
+        .agents
+        .signal(&url, &id, b.signal)
+        .await
+        .map_err(|e| agent_error(e, &name))?;
+    info!(%namespace, %name, user = %user.username, signal = b.signal, "signal sent");
+    Ok(Json(rec).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_names() {
+        assert_eq!(
+            parse_stream(Some("stdout")).unwrap(),
+            Some(LogStream::Stdout)
+        );
+        assert_eq!(
+            parse_stream(Some("Stderr")).unwrap(),
+            Some(LogStream::Stderr)
+        );
+        assert_eq!(parse_stream(None).unwrap(), None);
+        let e = parse_stream(Some("stdin")).unwrap_err();
+        assert!(e.to_string().starts_with("stream:"), "{e}");
+    }
+
+    #[test]
+    fn errors_are_kubernetes_statuses() {
+        let r = SubresourceError::Forbidden("no".into()).into_response();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    }
+}

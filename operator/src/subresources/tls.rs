@@ -1,0 +1,116 @@
+//! TLS for the extension API server: our serving certificate, and a client certificate required
+//! on every connection, chained to the API server's request-header CA. Only the API server's
+//! aggregation layer holds such a certificate, so nobody else can assert an identity to us.
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tracing::debug;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading {path}: {message}")]
+    Pem { path: String, message: String },
+    #[error("request-header CA: {0}")]
+    ClientCa(String),
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
+}
+
+/// The common name of the peer's certificate, for the allowed-names check.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub common_name: Option<String>,
+}
+
+pub fn server_config(
+    cert_file: &Path,
+    key_file: &Path,
+    client_ca_pem: &str,
+) -> Result<rustls::ServerConfig, TlsError> {
+    let pem_err = |path: &Path, e: rustls::pki_types::pem::Error| TlsError::Pem {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let certs = CertificateDer::pem_file_iter(cert_file)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| pem_err(cert_file, e))?;
+    let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| pem_err(key_file, e))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
+        let c = c.map_err(|e| TlsError::ClientCa(e.to_string()))?;
+        roots
+            .add(c)
+            .map_err(|e| TlsError::ClientCa(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::ClientCa("no certificate in the bundle".into()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| TlsError::ClientCa(e.to_string()))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+pub fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
+/// Accepts TLS connections forever, serving `router` on each with the peer's identity attached.
+pub async fn serve(
+    listener: TcpListener,
+    cfg: rustls::ServerConfig,
+    router: Router,
+) -> std::io::Result<()> {
+    let acceptor = TlsAcceptor::from(Arc::new(cfg));
+    loop {
+        let (tcp, remote) = listener.accept().await?;
+        let (acceptor, router) = (acceptor.clone(), router.clone());
+        tokio::spawn(async move { connection(acceptor, router, tcp, remote).await });
+    }
+}
+
+async fn connection(
+    acceptor: TlsAcceptor,
+    router: Router,
+    tcp: tokio::net::TcpStream,
+    remote: SocketAddr,
+) {
+    let tls = match acceptor.accept(tcp).await {
+        Ok(t) => t,
+        Err(e) => {
+            debug!(%remote, error = %e, "TLS handshake");
+            return;
+        }
+    };
+    let common_name = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|c| common_name(c));
+    let svc = TowerToHyperService::new(router.layer(axum::Extension(Peer { common_name })));
+    if let Err(e) = auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(tls), svc)
+        .await
+    {
+        debug!(%remote, error = %e, "connection");
+    }
+}
