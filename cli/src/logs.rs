@@ -19,6 +19,9 @@ pub struct Options {
     pub stream: String,
     pub timestamps: bool,
     pub json: bool,
+    /// stderr output to our stderr (`run --wait`, like `kubectl exec`); otherwise everything goes
+    /// to stdout, like `kubectl logs`.
+    pub split: bool,
 }
 
 /// How a log stream ended.
@@ -67,6 +70,7 @@ fn encode(s: &str) -> String {
 struct Renderer {
     timestamps: bool,
     json: bool,
+    split: bool,
     at_line_start: [bool; 2],
 }
 
@@ -75,6 +79,7 @@ impl Renderer {
         Renderer {
             timestamps: o.timestamps,
             json: o.json,
+            split: o.split,
             at_line_start: [true, true],
         }
     }
@@ -114,7 +119,7 @@ impl Renderer {
             } => {
                 let bytes = decode(data)?;
                 let i = usize::from(*stream == LogStream::Stderr);
-                let mut w: Box<dyn Write> = if i == 1 {
+                let mut w: Box<dyn Write> = if i == 1 && self.split {
                     Box::new(std::io::stderr().lock())
                 } else {
                     Box::new(std::io::stdout().lock())

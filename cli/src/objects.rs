@@ -159,6 +159,7 @@ pub async fn run(
     let opts = logs::Options {
         follow: true,
         stream: "both".into(),
+        split: true,
         ..Default::default()
     };
     logs::print(&ctx.client, &ctx.namespace, &name, &opts).await?;
