@@ -174,6 +174,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
                 stream: a.stream,
                 timestamps: a.timestamps,
                 json: a.output.is_some(),
+                split: false,
             };
             if a.follow {
                 objects::wait_started(&ctx, &a.name).await?;
