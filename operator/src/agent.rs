@@ -232,6 +232,9 @@ pub enum Cached {
 #[derive(Default)]
 struct AgentState {
     records: HashMap<String, ProcessRecord>,
+    /// Processes whose final status is written ([`Agents::release`]): their records are not
+    /// kept, also when the watch sends them again.
+    released: HashSet<String>,
     synced: bool,
     unreachable_since: Option<Time>,
     last_error: String,
@@ -333,10 +336,25 @@ impl Agents {
     pub fn remember(&self, url: &str, rec: &ProcessRecord) {
         let mut state = self.state.lock().unwrap();
         let s = state.entry(url.to_string()).or_default();
+        if s.released.contains(&rec.exec_id) {
+            return;
+        }
         match s.records.get(&rec.exec_id) {
             Some(old) if old.revision > rec.revision => {}
             _ => {
                 s.records.insert(rec.exec_id.clone(), rec.clone());
+            }
+        }
+    }
+
+    /// Drops the record of a process whose final status has been written: a final status is
+    /// never recomputed, so nothing reads the record again (it holds up to 2 KiB of output).
+    /// Until the agent forgets the process, the watch's copies of it are not kept either.
+    pub fn release(&self, id: &str) {
+        let mut state = self.state.lock().unwrap();
+        for s in state.values_mut() {
+            if s.records.remove(id).is_some() {
+                s.released.insert(id.to_string());
             }
         }
     }
@@ -479,13 +497,16 @@ impl Agents {
                 WatchEvent::Upsert { record } => {
                     let id = record.exec_id.clone();
                     seen.insert(id.clone());
-                    if s.records.get(&id) != Some(&record) {
+                    if s.released.contains(&id) {
+                        // Final and reported: nothing to keep or to look at.
+                    } else if s.records.get(&id) != Some(&record) {
                         s.records.insert(id.clone(), *record);
                         changed.push(id);
                     }
                 }
                 WatchEvent::Deleted { exec_id } => {
                     seen.remove(&exec_id);
+                    s.released.remove(&exec_id);
                     if s.records.remove(&exec_id).is_some() {
                         changed.push(exec_id);
                     }
@@ -505,6 +526,7 @@ impl Agents {
                         s.records.remove(&id);
                         changed.push(id);
                     }
+                    s.released.retain(|id| seen.contains(id));
                     seen.clear();
                     if !*synced {
                         info!(agent = %url, processes = s.records.len(), "agent watch synced");
@@ -670,5 +692,47 @@ mod tests {
         a.remember(url, &rec("w", 5));
         a.remember(url, &rec("w", 3));
         assert!(matches!(a.cached(url, "w"), Cached::Record(r) if r.revision == 5));
+    }
+
+    #[tokio::test]
+    async fn released_records_are_not_kept() {
+        let (a, mut rx) = agents(vec![]);
+        let url = "http://a:1";
+        let (mut seen, mut synced) = (HashSet::new(), false);
+        let upsert = |id: &str, revision| WatchEvent::Upsert {
+            record: Box::new(rec(id, revision)),
+        };
+        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
+        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        while rx.try_recv().is_ok() {}
+        a.release("x");
+        assert_eq!(a.cached(url, "x"), Cached::Absent);
+        assert!(matches!(a.cached(url, "y"), Cached::Record(_)));
+        // Sent again (a resync after a reconnect) or answered directly: still not kept, and no
+        // reconcile is triggered for it.
+        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
+        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        a.remember(url, &rec("x", 2));
+        assert_eq!(a.cached(url, "x"), Cached::Absent);
+        assert!(rx.try_recv().is_err());
+        // Forgotten by the agent: the id is free again.
+        a.apply(
+            url,
+            WatchEvent::Deleted {
+                exec_id: "x".into(),
+            },
+            &mut seen,
+            &mut synced,
+        );
+        a.apply(url, upsert("x", 3), &mut seen, &mut synced);
+        assert!(matches!(a.cached(url, "x"), Cached::Record(r) if r.revision == 3));
+        // A resync that no longer lists a released id drops it from the released set too.
+        a.release("y");
+        a.apply(url, upsert("x", 3), &mut seen, &mut synced);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
+        assert!(matches!(a.cached(url, "y"), Cached::Record(_)));
     }
 }

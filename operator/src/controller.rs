@@ -90,7 +90,10 @@ pub struct Context {
     pub client: Client,
     pub pods: Store<Pod>,
     pub agents: Arc<Agents>,
-    pub recorder: Recorder,
+    /// Who publishes the Events. A [`Recorder`] is made per Event: its cache (kept for series of
+    /// repeated identical Events) would hold every Event sent in the last 6 minutes — 10,000
+    /// with 5,000 short processes — and our Events are transitions, which hardly ever repeat.
+    pub reporter: Reporter,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
     /// When each object's output summary was last written.
@@ -223,6 +226,7 @@ async fn apply(
     let settings = &ctx.settings;
 
     if status::is_final(&prev) {
+        ctx.agents.release(&uid);
         let next = status::compute(&Facts {
             generation: obj.metadata.generation,
             spec,
@@ -377,6 +381,7 @@ async fn apply(
     ctx.metrics.set_phase(&uid, next.phase);
     if status::is_final(&next) {
         ctx.forget(&uid);
+        ctx.agents.release(&uid);
         return Ok(Action::await_change());
     }
 
@@ -435,7 +440,8 @@ async fn publish(ctx: &Context, obj: &SandboxProcess, note: status::Note) {
         secondary: None,
     };
     info!(reason = note.reason, message = %note.message, "event");
-    if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &obj.object_ref(&())).await {
         warn!(error = %e, reason = note.reason, "publishing an event");
     }
 }
@@ -533,6 +539,21 @@ async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Action, Erro
     }
 }
 
+/// Drops what the controller never reads from a cached SandboxProcess: `managedFields` (a deep
+/// JSON tree per field manager: ~15 KB of heap of a ~18 KB object) and kubectl's
+/// last-applied-configuration annotation (a second copy of the spec).
+fn slim(o: &mut SandboxProcess) {
+    o.metadata.managed_fields = None;
+    if let Some(a) = o.metadata.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+        if a.is_empty() {
+            o.metadata.annotations = None;
+        }
+    }
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
     client: Client,
@@ -573,19 +594,16 @@ pub async fn run(
     );
     let watches = tokio::spawn(agents.clone().run_watches());
 
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: Some(settings.instance.clone()),
-        },
-    );
+    let reporter = Reporter {
+        controller: FIELD_MANAGER.into(),
+        instance: Some(settings.instance.clone()),
+    };
     let concurrency = settings.concurrency;
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
         agents,
-        recorder,
+        reporter,
         metrics,
         settings,
         output_written: Mutex::new(HashMap::new()),
@@ -593,10 +611,19 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
     });
 
-    let objects = Api::<SandboxProcess>::all(client);
-    let controller = Controller::new(objects, watcher::Config::default())
+    // The object cache (and the trigger stream) without managedFields and the client-side-apply
+    // copy of the object: nothing here reads them, and managedFields alone were ~80 % of each
+    // cached object's heap (docs/benchmarks.md).
+    let (store, writer) = reflector::store::<SandboxProcess>();
+    let objects = watcher(
+        Api::<SandboxProcess>::all(client),
+        watcher::Config::default(),
+    )
+    .modify(slim)
+    .reflect(writer)
+    .applied_objects();
+    let controller = Controller::for_stream(objects, store.clone())
         .with_config(controller::Config::default().concurrency(concurrency));
-    let store = controller.store();
     // Agent record changed → reconcile the object whose UID is the exec id.
     let by_uid = store.clone();
     let agent_changes =
@@ -649,6 +676,35 @@ mod tests {
             .map(|n| retry_delay(*n).as_secs())
             .collect();
         assert_eq!(d, [1, 2, 4, 8, 256, 300, 300]);
+    }
+
+    #[test]
+    fn cached_objects_drop_managed_fields_and_last_applied() {
+        let mut o: SandboxProcess = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sandbox.dev/v1alpha1",
+            "kind": "SandboxProcess",
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "u",
+                "annotations": {LAST_APPLIED: "{}", "team": "a"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:podName": {}}}}],
+            },
+            "spec": {"podName": "w", "command": ["true"]},
+            "status": {"phase": "Exited",
+                "output": {"stdoutBytes": 1, "stderrBytes": 0, "tail": "x"}},
+        }))
+        .unwrap();
+        let status = o.status.clone();
+        slim(&mut o);
+        assert_eq!(o.metadata.managed_fields, None);
+        assert_eq!(
+            o.metadata.annotations,
+            Some([("team".to_string(), "a".to_string())].into())
+        );
+        assert_eq!(o.status, status);
+        o.metadata.annotations = Some([(LAST_APPLIED.to_string(), "{}".to_string())].into());
+        slim(&mut o);
+        assert_eq!(o.metadata.annotations, None);
     }
 
     #[test]
