@@ -140,17 +140,12 @@ impl AgentClient {
         id: &str,
         grace_seconds: u64,
     ) -> Result<ProcessRecord, AgentError> {
-        let r = self
-            .http
-            .post(format!("{url}/v1/processes/{id}/signal"))
-            .timeout(Duration::from_secs(10))
-            .json(&SignalRequest {
-                stop: true,
-                signal: None,
-                grace_seconds: Some(grace_seconds),
-            });
-        let resp = self.send(url, r).await?;
-        Self::record(resp, url).await
+        let req = SignalRequest {
+            stop: true,
+            signal: None,
+            grace_seconds: Some(grace_seconds),
+        };
+        self.post_signal(url, id, &req).await
     }
 
     /// One signal to the process group, outside the stop sequence (`kubectl sandbox kill`).
@@ -160,15 +155,25 @@ impl AgentClient {
         id: &str,
         signal: i32,
     ) -> Result<ProcessRecord, AgentError> {
+        let req = SignalRequest {
+            stop: false,
+            signal: Some(signal),
+            grace_seconds: None,
+        };
+        self.post_signal(url, id, &req).await
+    }
+
+    async fn post_signal(
+        &self,
+        url: &str,
+        id: &str,
+        req: &SignalRequest,
+    ) -> Result<ProcessRecord, AgentError> {
         let r = self
             .http
             .post(format!("{url}/v1/processes/{id}/signal"))
             .timeout(Duration::from_secs(10))
-            .json(&SignalRequest {
-                stop: false,
-                signal: Some(signal),
-                grace_seconds: None,
-            });
+            .json(req);
         let resp = self.send(url, r).await?;
         Self::record(resp, url).await
     }
