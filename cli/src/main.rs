@@ -23,7 +23,10 @@ use error::CliError;
     name = "kubectl-sandbox",
     bin_name = "kubectl sandbox",
     version,
-    about = "Run and follow processes in pods through SandboxProcess objects"
+    about = "Run and follow processes in pods through SandboxProcess objects",
+    after_help = "Exit status of `run --wait`: the process's exit code (128+n when killed by signal n); \
+125 when it could not run or was lost (phase Error). Otherwise 0 on success, 1 on failure, 2 on bad usage.\n\
+Flags go after the plugin's name: `kubectl sandbox -n NS ...` (kubectl passes none placed before it)."
 )]
 struct Cli {
     #[command(flatten)]
