@@ -213,6 +213,15 @@ impl AgentClient {
     }
 }
 
+/// The agent API's URL on a pod IP (v4 or v6).
+pub fn url_for_ip(ip: &str, port: u16) -> String {
+    if ip.contains(':') {
+        format!("http://[{ip}]:{port}")
+    } else {
+        format!("http://{ip}:{port}")
+    }
+}
+
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
@@ -309,11 +318,7 @@ impl Agents {
     }
 
     fn url_for_ip(&self, ip: &str) -> String {
-        if ip.contains(':') {
-            format!("http://[{ip}]:{}", self.port)
-        } else {
-            format!("http://{ip}:{}", self.port)
-        }
+        url_for_ip(ip, self.port)
     }
 
     /// Since when `node` has had no agent (for the grace period).

@@ -37,7 +37,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::agent::{AgentClient, AgentError, AGENT_SELECTOR};
+use crate::agent::{url_for_ip, AgentClient, AgentError, AGENT_SELECTOR};
 use frontproxy::{RequestHeaderConfig, UserInfo};
 use tls::Peer;
 
@@ -296,13 +296,7 @@ async fn agent_url(server: &Server, node: &str) -> Result<String> {
             let s = p.status.as_ref()?;
             (s.phase.as_deref() == Some("Running")).then(|| s.pod_ip.clone())?
         })
-        .map(|ip| {
-            if ip.contains(':') {
-                format!("http://[{ip}]:{}", server.agent_port)
-            } else {
-                format!("http://{ip}:{}", server.agent_port)
-            }
-        })
+        .map(|ip| url_for_ip(&ip, server.agent_port))
         .next()
         .ok_or_else(|| SubresourceError::Unavailable(format!("no running agent on node {node}")))
 }
@@ -324,14 +318,40 @@ fn agent_error(e: AgentError, name: &str) -> SubresourceError {
     }
 }
 
+/// Query parameters, taken as text so that a bad value is refused naming its parameter.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct LogParams {
-    #[serde(default)]
-    follow: bool,
+    follow: Option<String>,
     since: Option<String>,
     stream: Option<String>,
-    max_bytes: Option<u64>,
+    max_bytes: Option<String>,
+}
+
+impl LogParams {
+    fn query(self) -> Result<LogQuery> {
+        let follow = match self.follow.as_deref() {
+            None | Some("false") | Some("0") => false,
+            Some("true") | Some("1") | Some("") => true,
+            Some(other) => {
+                return Err(SubresourceError::BadRequest(format!(
+                    "follow: {other:?} is not true or false"
+                )))
+            }
+        };
+        let max_bytes = match self.max_bytes.as_deref() {
+            None => None,
+            Some(v) => Some(v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                SubresourceError::BadRequest(format!("maxBytes: {v:?} is not a positive integer"))
+            })?),
+        };
+        Ok(LogQuery {
+            since: self.since.filter(|s| !s.is_empty()),
+            follow,
+            max_bytes,
+            stream: parse_stream(self.stream.as_deref())?,
+        })
+    }
 }
 
 fn parse_stream(s: Option<&str>) -> Result<Option<LogStream>> {
@@ -357,12 +377,7 @@ async fn log(
 ) -> Result<Response> {
     let user = caller(&server, &peer, &headers)?;
     let Query(p) = params.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
-    let query = LogQuery {
-        since: p.since.filter(|s| !s.is_empty()),
-        follow: p.follow,
-        max_bytes: p.max_bytes,
-        stream: parse_stream(p.stream.as_deref())?,
-    };
+    let query = p.query()?;
     authorize(&server, &user, "get", &namespace, &name).await?;
     let (url, id) = locate(&server, &namespace, &name).await?;
     let resp = server
@@ -426,6 +441,26 @@ mod tests {
         assert_eq!(parse_stream(None).unwrap(), None);
         let e = parse_stream(Some("stdin")).unwrap_err();
         assert!(e.to_string().starts_with("stream:"), "{e}");
+    }
+
+    #[test]
+    fn log_parameters_are_refused_by_name() {
+        let p = |follow: &str, max: &str| LogParams {
+            follow: Some(follow.into()),
+            max_bytes: Some(max.into()),
+            ..Default::default()
+        };
+        let q = p("true", "4096").query().unwrap();
+        assert!(q.follow);
+        assert_eq!(q.max_bytes, Some(4096));
+        let e = p("yes", "1").query().unwrap_err().to_string();
+        assert!(e.starts_with("follow:"), "{e}");
+        for bad in ["-1", "0", "lots"] {
+            let e = p("false", bad).query().unwrap_err().to_string();
+            assert!(e.starts_with("maxBytes:"), "{bad}: {e}");
+        }
+        let q = LogParams::default().query().unwrap();
+        assert_eq!(q, LogQuery::default());
     }
 
     #[test]
