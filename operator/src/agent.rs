@@ -581,6 +581,12 @@ mod tests {
         .unwrap()
     }
 
+    fn upsert(id: &str, revision: u64) -> WatchEvent {
+        WatchEvent::Upsert {
+            record: Box::new(rec(id, revision)),
+        }
+    }
+
     fn rec(id: &str, revision: u64) -> ProcessRecord {
         ProcessRecord {
             phase: Phase::Running,
@@ -632,44 +638,16 @@ mod tests {
         let url = "http://a:1";
         let (mut seen, mut synced) = (HashSet::new(), false);
         assert_eq!(a.cached(url, "x"), Cached::Unknown);
-        a.apply(
-            url,
-            WatchEvent::Upsert {
-                record: Box::new(rec("x", 1)),
-            },
-            &mut seen,
-            &mut synced,
-        );
-        a.apply(
-            url,
-            WatchEvent::Upsert {
-                record: Box::new(rec("y", 1)),
-            },
-            &mut seen,
-            &mut synced,
-        );
+        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
+        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
         // Not synced yet: the cache is not an authority.
         assert_eq!(a.cached(url, "x"), Cached::Unknown);
         a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
         assert!(matches!(a.cached(url, "x"), Cached::Record(r) if r.revision == 1));
         assert_eq!(a.cached(url, "z"), Cached::Absent);
         // Unchanged upserts do not notify; changes and deletions do.
-        a.apply(
-            url,
-            WatchEvent::Upsert {
-                record: Box::new(rec("x", 1)),
-            },
-            &mut seen,
-            &mut synced,
-        );
-        a.apply(
-            url,
-            WatchEvent::Upsert {
-                record: Box::new(rec("x", 2)),
-            },
-            &mut seen,
-            &mut synced,
-        );
+        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
+        a.apply(url, upsert("x", 2), &mut seen, &mut synced);
         a.apply(
             url,
             WatchEvent::Deleted {
@@ -687,14 +665,7 @@ mod tests {
         a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
         assert!(matches!(a.cached(url, "x"), Cached::Record(_)));
         // A full resend (after the agent found us lagging) that no longer lists x drops it.
-        a.apply(
-            url,
-            WatchEvent::Upsert {
-                record: Box::new(rec("v", 1)),
-            },
-            &mut seen,
-            &mut synced,
-        );
+        a.apply(url, upsert("v", 1), &mut seen, &mut synced);
         a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
         assert_eq!(a.cached(url, "x"), Cached::Absent);
         assert!(matches!(a.cached(url, "v"), Cached::Record(_)));
@@ -709,9 +680,6 @@ mod tests {
         let (a, mut rx) = agents(vec![]);
         let url = "http://a:1";
         let (mut seen, mut synced) = (HashSet::new(), false);
-        let upsert = |id: &str, revision| WatchEvent::Upsert {
-            record: Box::new(rec(id, revision)),
-        };
         a.apply(url, upsert("x", 1), &mut seen, &mut synced);
         a.apply(url, upsert("y", 1), &mut seen, &mut synced);
         a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
