@@ -9,6 +9,8 @@
 //! - [`ledger`]: the output ledger (framed, segmented, capped) and its cursor reader.
 //! - [`runtime`]: finding a container (CRI or a runc state dir) and building the exec spec.
 //! - [`supervisor`]: the per-process supervisor loop (no async runtime; small footprint).
+//! - [`signals`]: signal dispositions reset below the C library, for the runtime's child.
+//! - [`wait`]: how a child ended (exit code or any signal 1–64), from the raw wait status.
 //! - [`readiness`]: tcpSocket / httpGet probes inside the pod's network namespace, logMatch.
 //! - [`registry`], [`spawn`], [`control`], [`server`], [`auth`]: the agent daemon.
 pub mod auth;
@@ -24,7 +26,9 @@ pub mod record;
 pub mod registry;
 pub mod runtime;
 pub mod server;
+pub mod signals;
 pub mod spawn;
 pub mod supervisor;
+pub mod wait;
 
 pub use error::AgentError;

@@ -16,6 +16,12 @@ pub fn state(pid: i32) -> Option<char> {
     stat[stat.rfind(')')? + 2..].chars().next()
 }
 
+/// /proc/<pid>/comm without the newline.
+pub fn comm(pid: i32) -> Option<String> {
+    let c = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(c.trim_end_matches('\n').to_string())
+}
+
 /// True when `pid` exists, is not a zombie, and started at `start` (when given).
 pub fn alive(pid: i32, start: Option<u64>) -> bool {
     match (start_time(pid), start) {

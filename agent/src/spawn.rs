@@ -146,12 +146,7 @@ pub fn spawn_supervisor(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std:
 
 /// Collects exited supervisors that are our children (the agent never has other children).
 pub fn reap_exited() {
-    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-        if st == WaitStatus::StillAlive {
-            break;
-        }
-    }
+    while let Ok(Some(_)) = crate::wait::reap_any() {}
 }
 
 /// Installs the supervisor binary under the state dir (content-addressed), so supervisors keep a

@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,8 +24,7 @@ use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{pipe2, Pid};
+use nix::unistd::pipe2;
 use sandbox_api::wire::{
     ApiError, EndReason, ErrorCode, ExitStatus, Phase, ProbeKind, ProcessRecord,
 };
@@ -38,6 +38,8 @@ use crate::procfs;
 use crate::readiness::{self, LogMatcher};
 use crate::record;
 use crate::runtime::LaunchSpec;
+use crate::signals;
+use crate::wait::{self, ChildEnd};
 
 const TAIL_BYTES: usize = 2048;
 /// After the process exits, keep draining output held open by leftover group members this long.
@@ -118,7 +120,7 @@ struct Supervisor {
     control: UnixListener,
     out: [Option<OwnedFd>; 2],
     host_pid: Option<i32>,
-    exit: Option<WaitStatus>,
+    exit: Option<ChildEnd>,
     exited_at: Option<Instant>,
     timeout_at: Option<Instant>,
     kill_at: Option<Instant>,
@@ -240,7 +242,8 @@ impl Supervisor {
         let pid_file = self.layout.pid_file(&self.id);
         let _ = std::fs::remove_file(&pid_file);
         let log = self.layout.runtime_log(&self.id);
-        let spawned = Command::new(&self.spec.runtime_binary)
+        let mut spawned = Command::new(&self.spec.runtime_binary);
+        spawned
             .arg("--root")
             .arg(&self.spec.runtime_root)
             .arg("--log")
@@ -256,10 +259,20 @@ impl Supervisor {
             .arg(&self.spec.container_id)
             .stdin(Stdio::null())
             .stdout(Stdio::from(out_w))
-            .stderr(Stdio::from(err_w))
-            .spawn();
+            .stderr(Stdio::from(err_w));
+        // SAFETY: the hook runs between fork and exec and makes only raw system calls.
+        let spawned = unsafe {
+            // Ignored signals stay ignored across exec, through runc, into the process: a signal
+            // ignored by whoever started us (seen: 32, from the parent of a test harness) must
+            // not become one the process cannot be killed by, where `kubectl exec` could.
+            spawned.pre_exec(|| {
+                signals::reset_to_default();
+                Ok(())
+            })
+        }
+        .spawn();
         self.out = [Some(out_r), Some(err_r)];
-        let mut child = match spawned {
+        let child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 self.fail(
@@ -271,15 +284,8 @@ impl Supervisor {
         };
         // runc returns once the process runs (or failed to); the process is then reparented to
         // us as the subreaper. Output produced meanwhile waits in the (1 MiB) pipes.
-        let status = loop {
-            match waitpid(Pid::from_raw(child.id() as i32), None) {
-                Ok(s) => break s,
-                Err(Errno::EINTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        };
-        let _ = child.try_wait();
-        let ok = matches!(status, WaitStatus::Exited(_, 0));
+        let status = wait::wait_for(child.id() as i32)?;
+        let ok = status == ChildEnd::Exited(0);
         let host_pid = std::fs::read_to_string(&pid_file)
             .ok()
             .and_then(|s| s.trim().parse::<i32>().ok());
@@ -292,6 +298,7 @@ impl Supervisor {
             return Ok(false);
         }
         let host_pid = host_pid.unwrap();
+        wait_for_exec(host_pid);
         let now = Instant::now();
         self.host_pid = Some(host_pid);
         self.rec.host_pid = Some(host_pid);
@@ -406,18 +413,14 @@ impl Supervisor {
     }
 
     fn reap(&mut self) {
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(_) => return,
-                Ok(st) => {
-                    if st.pid().map(|p| p.as_raw()) == self.host_pid && self.exit.is_none() {
-                        self.exit = Some(st);
-                        self.exited_at = Some(Instant::now());
-                        if self.kill_at.is_some() || self.timed_out {
-                            // Leader gone during a stop: finish the rest of the group now.
-                            let _ = self.kill_group(libc::SIGKILL);
-                        }
-                    }
+        // Also collects the group's orphans adopted by us as the subreaper.
+        while let Ok(Some((pid, end))) = wait::reap_any() {
+            if Some(pid) == self.host_pid && self.exit.is_none() {
+                self.exit = Some(end);
+                self.exited_at = Some(Instant::now());
+                if self.kill_at.is_some() || self.timed_out {
+                    // Leader gone during a stop: finish the rest of the group now.
+                    let _ = self.kill_group(libc::SIGKILL);
                 }
             }
         }
@@ -647,15 +650,8 @@ impl Supervisor {
 
     fn finish(&mut self) -> Result<()> {
         self.probe_cancel.store(true, Ordering::Relaxed);
-        let status = self.exit.expect("finish after exit");
-        let (code, signal) = match status {
-            WaitStatus::Exited(_, c) => (c, None),
-            WaitStatus::Signaled(_, s, _) => (128 + s as i32, Some(s as i32)),
-            other => (255, {
-                eprintln!("unexpected wait status {other:?}");
-                None
-            }),
-        };
+        let end = self.exit.expect("finish after exit");
+        let (code, signal) = (end.code(), end.signal());
         // A container stop SIGKILLs every process in it; the init may die a moment after ours.
         let container_gone =
             signal == Some(libc::SIGKILL) && !self.stop_requested && !self.timed_out && {
@@ -728,6 +724,16 @@ pub fn classify_runtime_error(msg: &str) -> ErrorCode {
         ErrorCode::ContainerUnavailable
     } else {
         ErrorCode::ProcessSpawnFailed
+    }
+}
+
+/// `runc exec -d` can return while its pid is still runc's init, before the exec of the user's
+/// program; that Go code swallows signals it has no default for (SIGUSR1, the real-time ones), so
+/// a signal sent in that window would be lost. Running starts when the program runs.
+fn wait_for_exec(pid: i32) {
+    let until = Instant::now() + Duration::from_secs(2);
+    while procfs::comm(pid).is_some_and(|c| c.starts_with("runc:[")) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -98,6 +98,101 @@ async fn signal_death_reports_128_plus_signal() {
     assert_eq!(s, 400, "signal out of range: {v}");
 }
 
+/// Every signal 1–64 sent through the API (as `kubectl sandbox kill --signal N` does) to a real
+/// process in a runc container: the ones whose default action ends a process end it with code
+/// 128+n and `signal: n` — the real-time ones (32–64) included, which were once reaped and lost,
+/// leaving the record Running forever. The ones that ignore or stop (17–23, 28) end nothing, and
+/// a stop afterwards still ends the process.
+#[tokio::test]
+async fn every_signal_1_to_64_is_recorded() {
+    let f = fx();
+    let not_fatal = [17, 18, 19, 20, 21, 22, 23, 28];
+    let mut ids = Vec::new();
+    for sig in 1..=64 {
+        let r = f
+            .agent
+            .start(&req(&f.ctr, &["sleep", "100"]))
+            .await
+            .unwrap();
+        let (s, v) = f
+            .agent
+            .post(
+                &format!("/v1/processes/{}/signal", r.exec_id),
+                &json!({ "signal": sig }),
+            )
+            .await;
+        assert_eq!(s, 200, "signal {sig}: {v}");
+        ids.push((sig, r.exec_id));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut wrong = Vec::new();
+    for (sig, id) in ids.iter().filter(|(s, _)| !not_fatal.contains(s)) {
+        let r = f.agent.record(id).await;
+        let got = r.exit.as_ref().map(|e| (e.code, e.signal, r.end_reason));
+        if got != Some((128 + sig, Some(*sig), Some(EndReason::Signaled))) {
+            wrong.push(format!("signal {sig}: {:?} {got:?}", r.phase));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    for (sig, id) in ids.iter().filter(|(s, _)| not_fatal.contains(s)) {
+        let r = f.agent.record(id).await;
+        assert_eq!(r.phase, Phase::Running, "signal {sig} ends nothing: {r:?}");
+        let path = format!("/v1/processes/{id}/signal");
+        let (s, v) = f
+            .agent
+            .post(&path, &json!({"stop": true, "graceSeconds": 0}))
+            .await;
+        assert_eq!(s, 200, "{v}");
+        let r = f.agent.wait_final(id, T).await;
+        assert_eq!(r.end_reason, Some(EndReason::Stopped), "after {sig}: {r:?}");
+    }
+}
+
+/// The process killing itself with a real-time signal, and a stop whose stop signal is one.
+#[tokio::test]
+async fn realtime_signal_deaths_and_stops() {
+    let f = fx();
+    for sig in [34, 40, 64] {
+        let r = f
+            .agent
+            .start(&req(
+                &f.ctr,
+                &["sh", "-c", &format!("echo before; kill -{sig} $$; sleep 5")],
+            ))
+            .await
+            .unwrap();
+        let r = f.agent.wait_final(&r.exec_id, T).await;
+        let exit = r.exit.clone().unwrap();
+        assert_eq!(
+            (exit.code, exit.signal, r.end_reason),
+            (128 + sig, Some(sig), Some(EndReason::Signaled)),
+            "{r:?}"
+        );
+        assert_eq!(r.output.tail, "before\n");
+    }
+    let r = f
+        .agent
+        .start(&req(&f.ctr, &["sleep", "100"]))
+        .await
+        .unwrap();
+    let path = format!("/v1/processes/{}/signal", r.exec_id);
+    let (s, v) = f
+        .agent
+        .post(
+            &path,
+            &json!({"stop": true, "signal": 64, "graceSeconds": 5}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let r = f.agent.wait_final(&r.exec_id, T).await;
+    let exit = r.exit.clone().unwrap();
+    assert_eq!(
+        (exit.code, exit.signal, r.end_reason),
+        (192, Some(64), Some(EndReason::Stopped)),
+        "{r:?}"
+    );
+}
+
 #[tokio::test]
 async fn timeout_kills_the_whole_group() {
     let f = fx();

@@ -17,6 +17,7 @@ const NAMES: &[(&str, i32)] = &[
     ("PIPE", 13),
     ("ALRM", 14),
     ("TERM", 15),
+    ("STKFLT", 16),
     ("CHLD", 17),
     ("CONT", 18),
     ("STOP", 19),
@@ -32,7 +33,37 @@ const NAMES: &[(&str, i32)] = &[
     ("IO", 29),
     ("PWR", 30),
     ("SYS", 31),
+    ("IOT", 6),
+    ("POLL", 29),
 ];
+
+/// glibc's SIGRTMIN/SIGRTMAX as `kill -l` shows them (32 and 33 are the C library's own).
+const RTMIN: i32 = 34;
+const RTMAX: i32 = 64;
+
+/// `RTMIN`, `RTMIN+N`, `RTMAX`, `RTMAX-N` (as `kill -l` names 34–64).
+fn realtime(name: &str) -> Option<i32> {
+    let (base, rest, sign) = if let Some(r) = name.strip_prefix("RTMIN") {
+        (RTMIN, r, 1)
+    } else if let Some(r) = name.strip_prefix("RTMAX") {
+        (RTMAX, r, -1)
+    } else {
+        return None;
+    };
+    let n = match rest {
+        "" => 0,
+        r => {
+            let digits = if sign > 0 {
+                r.strip_prefix('+')?
+            } else {
+                r.strip_prefix('-')?
+            };
+            digits.parse::<i32>().ok()?
+        }
+    };
+    let sig = base + sign * n;
+    (RTMIN..=RTMAX).contains(&sig).then_some(sig)
+}
 
 /// `9`, `KILL`, `SIGKILL`, `sigkill` → 9.
 pub fn parse(s: &str) -> Result<i32, CliError> {
@@ -54,6 +85,7 @@ pub fn parse(s: &str) -> Result<i32, CliError> {
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, v)| *v)
+        .or_else(|| realtime(name))
         .ok_or_else(bad)
 }
 
@@ -68,11 +100,18 @@ mod tests {
         assert_eq!(parse("SIGusr1").unwrap(), 10);
         assert_eq!(parse("term").unwrap(), 15);
         assert_eq!(parse("64").unwrap(), 64);
+        assert_eq!(parse("STKFLT").unwrap(), 16);
+        assert_eq!(parse("SIGRTMIN").unwrap(), 34);
+        assert_eq!(parse("rtmin+6").unwrap(), 40);
+        assert_eq!(parse("RTMAX-1").unwrap(), 63);
+        assert_eq!(parse("RTMAX").unwrap(), 64);
     }
 
     #[test]
     fn refusals_name_the_flag() {
-        for bad in ["0", "65", "-1", "SIGFOO", ""] {
+        for bad in [
+            "0", "65", "-1", "SIGFOO", "", "RTMIN+31", "RTMAX-31", "RTMIN-1", "RTMIN+x",
+        ] {
             let e = parse(bad).unwrap_err().to_string();
             assert!(e.starts_with("--signal"), "{bad}: {e}");
         }
