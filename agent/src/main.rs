@@ -140,12 +140,57 @@ fn raise_nofile_limit() {
     }
 }
 
+/// Holds `<state-dir>/agent.lock` (flock) for the agent's life; waits while another agent holds it.
+async fn lock_state_dir(layout: &Layout) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::io::{Seek, Write};
+    let path = layout.root().join("agent.lock");
+    let mut said = false;
+    loop {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(mut held) => {
+                held.set_len(0)?;
+                held.rewind()?;
+                write!(held, "{}", std::process::id())?;
+                if said {
+                    tracing::info!(lock = %path.display(), "state dir free: serving");
+                }
+                return Ok(held);
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                if !said {
+                    let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                    tracing::warn!(
+                        lock = %path.display(),
+                        holder_pid = %holder.trim(),
+                        "standing by: another agent serves this state dir (a second release on \
+                         the same agent.stateDir?); waiting until it stops"
+                    );
+                    said = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            }
+            Err((_, e)) => return Err(e).with_context(|| format!("locking {}", path.display())),
+        }
+    }
+}
+
 async fn serve(s: Serve) -> anyhow::Result<()> {
     raise_nofile_limit();
     let layout = Layout::new(&s.state_dir);
     layout
         .ensure()
         .with_context(|| format!("creating state dir {}", s.state_dir.display()))?;
+    // One agent per state dir: a second release's DaemonSet (or an agent started by hand) on the
+    // same host path would rescan, reattach and rewrite the same records. It waits instead.
+    let _state_lock = lock_state_dir(&layout).await?;
     let auth = match s.auth {
         AuthMode::Static => {
             let f = s

@@ -134,3 +134,27 @@ async fn sigterm_with_an_open_watch_exits_promptly() {
     agent.spawn();
     assert_eq!(agent.record(&r.exec_id).await.phase, Phase::Running);
 }
+
+/// Two agents on one state dir (a second release's DaemonSet on the same agent.stateDir): the
+/// second stands by, saying so, and serves only once the first is gone.
+#[tokio::test]
+async fn second_agent_on_the_same_state_dir_stands_by() {
+    require_root();
+    let base = base_dir("statelock");
+    let runc_root = base.join(uniq("runc"));
+    let mut a = Agent::launch(&base, &runc_root, &[]);
+    let b = a.second_on_same_state();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!b.listening(), "the second agent serves the same state dir");
+    assert!(b.log().contains("standing by"), "log: {}", b.log());
+    a.kill9();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !b.listening() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second agent did not take over: {}",
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -263,3 +263,37 @@ cleanup_mounts() {
   done
   [ -z "$(our_mounts)" ] || log "warning: still mounted: $(our_mounts | tr '\n' ' ')"
 }
+
+# --- node agents' leftovers ---------------------------------------------------------------------
+# Supervisors outlive the agent pods by design (and the cluster's cgroups): after a test cluster
+# they are ours to end. Agent state dirs: the chart's default, e2e/agent-daemonset's, and the
+# host-run agents of e2e/operator and e2e/agent-cri (under /tmp/spo-*).
+AGENT_STATE_DIRS="/var/lib/sandbox-agent /var/lib/sandbox-agent-e2e"
+
+# Pids of sandbox-supervisor processes whose state dir (argv[1]) is one of the test agents'.
+our_supervisors() {
+  local p exe dir
+  for p in /proc/[0-9]*; do
+    exe=$(readlink "$p/exe" 2>/dev/null) || continue
+    case ${exe##*/} in sandbox-supervisor*) ;; *) continue ;; esac
+    dir=$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null | sed -n 2p)
+    case $dir in /var/lib/sandbox-agent | /var/lib/sandbox-agent-e2e | /tmp/spo-*) echo "${p#/proc/}" ;; esac
+  done
+}
+
+cleanup_agents() {
+  local pids d m _
+  for _ in 1 2 3 4 5; do
+    pids=$(our_supervisors)
+    [ -n "$pids" ] || break
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.2
+  done
+  [ -z "$(our_supervisors)" ] || log "warning: sandbox-supervisor processes left: $(our_supervisors | tr '\n' ' ')"
+  for d in $AGENT_STATE_DIRS; do rm -rf "$d"; done
+  # The agents' supervisor cgroup (created by them, empty now).
+  for m in $(cgroup_mounts); do
+    [ -d "$m/sandbox-supervisors" ] && rmdir "$m/sandbox-supervisors" 2>/dev/null || true
+  done
+}

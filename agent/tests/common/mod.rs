@@ -198,8 +198,41 @@ impl Agent {
         a
     }
 
+    /// A second agent process on this one's state dir (another port), not waited for.
+    pub fn second_on_same_state(&self) -> Agent {
+        let mut b = Agent {
+            base: self.base.clone(),
+            state: self.state.clone(),
+            runc_root: self.runc_root.clone(),
+            addr: format!("127.0.0.1:{}", free_port()),
+            child: None,
+            extra: self.extra.clone(),
+            client: reqwest::Client::new(),
+        };
+        b.start_process();
+        b
+    }
+
+    pub fn listening(&self) -> bool {
+        std::net::TcpStream::connect(&self.addr).is_ok()
+    }
+
+    pub fn log(&self) -> String {
+        let port = self.addr.rsplit(':').next().unwrap();
+        std::fs::read_to_string(self.base.join(format!("agent-{port}.log"))).unwrap_or_default()
+    }
+
     /// (Re)starts the agent process on the same state dir and port.
     pub fn spawn(&mut self) {
+        self.start_process();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.listening() {
+            assert!(Instant::now() < deadline, "agent did not start listening");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn start_process(&mut self) {
         // Per agent: tests run in parallel and must not see each other's half-written file.
         let token = self.state.with_extension("token");
         std::fs::write(&token, TOKEN).unwrap();
@@ -235,11 +268,6 @@ impl Agent {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&self.addr).is_err() {
-            assert!(Instant::now() < deadline, "agent did not start listening");
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 
     pub fn pid(&self) -> u32 {
