@@ -1,5 +1,8 @@
 //! Leader election with a `coordination.k8s.io/v1` Lease: only the holder reconciles, so two
-//! replicas are safe. kube-rs has no built-in elector; this is the usual protocol: take the lease
+//! replicas are safe. The Lease is one per cluster (by default `kube-system/
+//! sandboxprocesses.sandbox.dev`), not one per release: every operator watches every
+//! SandboxProcess, so a second release or an operator started by hand must stand by too, or two
+//! controllers would start the same process on two agents and fight over its status. kube-rs has no built-in elector; this is the usual protocol: take the lease
 //! when it is free or expired (optimistic concurrency on `resourceVersion`), renew it every
 //! `renew_every`, and stop leading when a renewal has not succeeded within the lease duration.
 //! A replica shutting down gracefully releases the lease so the next one takes over at once.
@@ -11,6 +14,15 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ObjectMeta, PostParams};
 use kube::Api;
 use tracing::{info, warn};
+
+/// The result of one attempt at the lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// We hold it now.
+    Held,
+    /// Another operator holds it (its identity; "" when a concurrent writer won the race).
+    HeldBy(String),
+}
 
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
@@ -51,22 +63,28 @@ pub fn decide(spec: Option<&LeaseSpec>, identity: &str, now: Timestamp) -> Decis
 
 pub struct LeaderElector {
     api: Api<Lease>,
+    api_namespace: String,
     cfg: LeaseConfig,
 }
 
 impl LeaderElector {
-    pub fn new(api: Api<Lease>, cfg: LeaseConfig) -> LeaderElector {
-        LeaderElector { api, cfg }
+    pub fn new(client: kube::Client, namespace: &str, cfg: LeaseConfig) -> LeaderElector {
+        LeaderElector {
+            api: Api::namespaced(client, namespace),
+            api_namespace: namespace.to_string(),
+            cfg,
+        }
     }
 
-    /// One attempt to take or renew the lease; `Ok(true)` when we hold it afterwards.
-    pub async fn try_acquire_or_renew(&self) -> kube::Result<bool> {
+    /// One attempt to take or renew the lease.
+    pub async fn try_acquire_or_renew(&self) -> kube::Result<Attempt> {
         let now = Timestamp::now();
         let existing = self.api.get_opt(&self.cfg.name).await?;
         let spec = existing.as_ref().and_then(|l| l.spec.as_ref());
         let decision = decide(spec, &self.cfg.identity, now);
         if decision == Decision::Wait {
-            return Ok(false);
+            let holder = spec.and_then(|s| s.holder_identity.clone());
+            return Ok(Attempt::HeldBy(holder.unwrap_or_default()));
         }
         let transitions = spec.and_then(|s| s.lease_transitions).unwrap_or(0);
         let new_spec = LeaseSpec {
@@ -105,28 +123,43 @@ impl LeaderElector {
         match result {
             Ok(_) => {
                 if decision == Decision::Take {
-                    info!(lease = %self.cfg.name, identity = %self.cfg.identity, "became leader");
+                    info!(lease = %self.where_(), identity = %self.cfg.identity, "became leader");
                 }
-                Ok(true)
+                Ok(Attempt::Held)
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::HeldBy(String::new())),
             Err(e) => Err(e),
         }
     }
 
-    /// Returns once this replica holds the lease.
+    /// `namespace/name` of the Lease, for log lines.
+    fn where_(&self) -> String {
+        format!("{}/{}", self.api_namespace, self.cfg.name)
+    }
+
+    /// Returns once this replica holds the lease. While another operator holds it, says so
+    /// (whenever the holder changes, and every minute).
     pub async fn acquire(&self) {
-        let mut waiting_logged = false;
+        let mut said: Option<(String, tokio::time::Instant)> = None;
         loop {
             match self.try_acquire_or_renew().await {
-                Ok(true) => return,
-                Ok(false) => {
-                    if !waiting_logged {
-                        info!(lease = %self.cfg.name, "another replica leads; waiting");
-                        waiting_logged = true;
+                Ok(Attempt::Held) => return,
+                Ok(Attempt::HeldBy(holder)) if !holder.is_empty() => {
+                    let due = said.as_ref().is_none_or(|(h, at)| {
+                        *h != holder || at.elapsed() >= Duration::from_secs(60)
+                    });
+                    if due {
+                        info!(
+                            lease = %self.where_(),
+                            holder = %holder,
+                            "standing by: another operator controls the SandboxProcesses of this \
+                             cluster; this one acts only when that one stops or its lease expires"
+                        );
+                        said = Some((holder, tokio::time::Instant::now()));
                     }
                 }
-                Err(e) => warn!(lease = %self.cfg.name, error = %e, "leader election"),
+                Ok(Attempt::HeldBy(_)) => {}
+                Err(e) => warn!(lease = %self.where_(), error = %e, "leader election"),
             }
             tokio::time::sleep(self.cfg.renew_every.min(Duration::from_secs(2))).await;
         }
@@ -139,13 +172,13 @@ impl LeaderElector {
         loop {
             tokio::time::sleep(self.cfg.renew_every).await;
             match self.try_acquire_or_renew().await {
-                Ok(true) => last_ok = tokio::time::Instant::now(),
-                Ok(false) => {
-                    warn!(lease = %self.cfg.name, "lease taken by another replica");
+                Ok(Attempt::Held) => last_ok = tokio::time::Instant::now(),
+                Ok(Attempt::HeldBy(holder)) => {
+                    warn!(lease = %self.where_(), holder = %holder, "lease taken by another operator");
                     return;
                 }
                 Err(e) => {
-                    warn!(lease = %self.cfg.name, error = %e, "renewing the lease failed");
+                    warn!(lease = %self.where_(), error = %e, "renewing the lease failed");
                     // Stop before the lease can expire for the others.
                     if last_ok.elapsed() + self.cfg.renew_every >= self.cfg.duration {
                         return;
@@ -174,8 +207,8 @@ impl LeaderElector {
             .replace(&self.cfg.name, &PostParams::default(), &lease)
             .await
         {
-            Ok(_) => info!(lease = %self.cfg.name, "released the lease"),
-            Err(e) => warn!(lease = %self.cfg.name, error = %e, "releasing the lease"),
+            Ok(_) => info!(lease = %self.where_(), "released the lease"),
+            Err(e) => warn!(lease = %self.where_(), error = %e, "releasing the lease"),
         }
     }
 }

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, Client};
+use kube::Client;
 use sandbox_operator::controller::{self, Settings};
 use sandbox_operator::lease::{LeaderElector, LeaseConfig};
 use sandbox_operator::metrics::{self, Metrics};
@@ -28,7 +27,7 @@ struct Args {
     /// Port of the agent API on the agent pods.
     #[arg(long, default_value_t = 9443)]
     agent_port: u16,
-    /// Namespace of the operator: agent pods and the leader Lease live here.
+    /// Namespace of the operator: its agent pods live here.
     #[arg(long, env = "POD_NAMESPACE", default_value = "sandbox-system")]
     namespace: String,
     /// This replica's name in the Lease and in Events.
@@ -43,11 +42,16 @@ struct Args {
     /// ProcessLost.
     #[arg(long, default_value_t = 30)]
     agent_grace_seconds: u64,
-    /// Leader election (a Lease in --namespace). Turn off only for a single replica.
+    /// Leader election through one Lease per cluster: every operator of the cluster (replicas,
+    /// other releases, one started by hand) must share it, so that only one acts. Turn off only
+    /// where no other operator can run.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
-    #[arg(long, default_value = "sandbox-process-operator")]
+    #[arg(long, default_value = "sandboxprocesses.sandbox.dev")]
     lease_name: String,
+    /// Namespace of the Lease: the same for every operator of the cluster.
+    #[arg(long, default_value = "kube-system")]
+    lease_namespace: String,
     #[arg(long, default_value_t = 15)]
     lease_duration_seconds: u64,
     /// Log as JSON lines.
@@ -138,10 +142,12 @@ async fn main() -> anyhow::Result<()> {
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let elector = args.leader_elect.then(|| {
         Arc::new(LeaderElector::new(
-            Api::<Lease>::namespaced(client.clone(), &args.namespace),
+            client.clone(),
+            &args.lease_namespace,
             LeaseConfig {
                 name: args.lease_name.clone(),
-                identity: identity.clone(),
+                // The release's namespace too: the holder seen by a standby names the release.
+                identity: format!("{}/{identity}", args.namespace),
                 duration: Duration::from_secs(args.lease_duration_seconds.max(2)),
                 renew_every: Duration::from_secs((args.lease_duration_seconds / 3).max(1)),
             },
@@ -149,7 +155,7 @@ async fn main() -> anyhow::Result<()> {
     });
     let lost_lease = Arc::new(std::sync::atomic::AtomicBool::new(false));
     if let Some(e) = &elector {
-        info!(identity = %identity, lease = %args.lease_name, namespace = %args.namespace, "waiting for the leader lease");
+        info!(identity = %identity, lease = %args.lease_name, namespace = %args.lease_namespace, "waiting for the leader lease");
         tokio::select! {
             _ = e.acquire() => {}
             _ = signal() => return Ok(()),
