@@ -216,7 +216,7 @@ impl Supervisor {
             let start = v.iter().position(|&c| (c as i8) >= -64).unwrap_or(0).min(3);
             String::from_utf8_lossy(&v[start..]).into_owned()
         };
-        self.rec.output.dropped_bytes = self.ledger.first();
+        self.rec.output.dropped_bytes = self.ledger.dropped();
         self.dirty_since = None;
         record::write_json(&self.layout.record(&self.id), &self.rec, durable)
     }
