@@ -384,6 +384,24 @@ impl Supervisor {
         Ok(())
     }
 
+    /// A stream closed: a last line without a newline is complete now (logMatch).
+    fn on_eof(&mut self, idx: usize) -> std::io::Result<()> {
+        self.out[idx] = None;
+        let stream = if idx == 0 {
+            Stream::Stdout
+        } else {
+            Stream::Stderr
+        };
+        if !self.rec.ready && !self.rec.readiness_timed_out {
+            if let Some(m) = self.matcher.as_mut() {
+                if m.eof(stream) {
+                    self.mark_ready()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn mark_ready(&mut self) -> std::io::Result<()> {
         self.rec.ready = true;
         self.rec.ready_at = Some(rfc3339(now_nanos()));
@@ -559,7 +577,7 @@ impl Supervisor {
                         break;
                     };
                     match nix::unistd::read(fd, &mut buf) {
-                        Ok(0) => self.out[idx] = None,
+                        Ok(0) => self.on_eof(idx)?,
                         Ok(n) => {
                             self.on_output(idx, &buf[..n])?;
                             if n == buf.len() {
@@ -567,7 +585,7 @@ impl Supervisor {
                             }
                         }
                         Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
-                        Err(_) => self.out[idx] = None,
+                        Err(_) => self.on_eof(idx)?,
                     }
                     break;
                 }

@@ -413,6 +413,32 @@ async fn readiness_log_match() {
 }
 
 #[tokio::test]
+async fn readiness_log_match_waits_for_whole_lines() {
+    let f = fx();
+    let mut q = req(
+        &f.ctr,
+        &[
+            "sh",
+            "-c",
+            "printf 'port=80'; sleep 2; printf '80\\n'; sleep 1; echo port=80; sleep 100",
+        ],
+    );
+    q.readiness = readiness(
+        ProbeKind::LogMatch {
+            pattern: "^port=80$".into(),
+            stream: Default::default(),
+        },
+        None,
+    );
+    let r = f.agent.start(&q).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mid = f.agent.record(&r.exec_id).await;
+    assert!(!mid.ready, "ready on the partial line \"port=80\": {mid:?}");
+    let r = f.agent.wait_for(&r.exec_id, T, "ready", |r| r.ready).await;
+    assert!(r.output.tail.ends_with("port=8080\nport=80\n"), "{r:?}");
+}
+
+#[tokio::test]
 async fn logs_cursors_replay_follow() {
     let f = fx();
     let r = f
