@@ -3,9 +3,12 @@
 //!
 //! Frame: `[0xA5][stream: 1=stdout 2=stderr][len: u32 LE][unix nanos: u64 LE][len bytes]`.
 //! A position in the ledger is its byte offset counted from the first byte ever written; segment
-//! files are named by the offset of their first frame, so dropping the oldest segment (retention
-//! cap) keeps every other offset valid. A cursor is the offset just past an event, rendered
-//! opaquely. A reader whose cursor points into dropped data gets an explicit `truncated` gap.
+//! files are named by the offset of their first frame and the count of output bytes (payloads,
+//! not frame headers) before it, so dropping the oldest segment (retention cap) keeps every other
+//! offset valid and the size of a gap is known in output bytes. A cursor is a [`Pos`] just past
+//! an event, rendered opaquely and bound to its process (a tag of the exec id): a cursor of
+//! another process is refused, not read at a coinciding offset. A reader whose cursor points into
+//! dropped data gets an explicit `truncated` gap.
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, IoSlice, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -32,20 +35,96 @@ impl Stream {
     }
 }
 
-pub fn encode_cursor(offset: u64) -> String {
-    format!("c{offset:x}")
+/// A position in the ledger: the byte offset (frames included) and the output bytes before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pos {
+    pub offset: u64,
+    pub data: u64,
 }
 
-pub fn decode_cursor(c: &str) -> Option<u64> {
-    u64::from_str_radix(c.strip_prefix('c')?, 16).ok()
+/// Longest part of a refused cursor echoed back in an error.
+const SHOWN: usize = 64;
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CursorError {
+    #[error("since {0}: not a cursor")]
+    Malformed(String),
+    #[error("since {0}: cursor belongs to another process (a cursor is valid only for the process whose output it came from)")]
+    Foreign(String),
 }
 
-fn seg_name(start: u64) -> String {
-    format!("{start:020}{SEG_SUFFIX}")
+/// The cursor as echoed in an error: quoted, at most [`SHOWN`] characters.
+fn shown(c: &str) -> String {
+    match c.char_indices().nth(SHOWN) {
+        Some((i, _)) => format!("{:?}…", &c[..i]),
+        None => format!("{c:?}"),
+    }
 }
 
-/// Segments in `dir`, oldest first, as (start offset, path).
-pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+/// 48 bits of FNV-1a of the exec id: tells one process's cursors from another's (a consistency
+/// check, not a secret: reading is authorized elsewhere). Stable across versions, unlike std's.
+fn owner_tag(exec_id: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in exec_id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{:012x}", h >> 16)
+}
+
+/// `c<offset>.<data>.<owner>` (hex); opaque to clients.
+pub fn encode_cursor(exec_id: &str, p: Pos) -> String {
+    format!("c{:x}.{:x}.{}", p.offset, p.data, owner_tag(exec_id))
+}
+
+pub fn decode_cursor(exec_id: &str, c: &str) -> Result<Pos, CursorError> {
+    let malformed = || CursorError::Malformed(shown(c));
+    let mut parts = c.strip_prefix('c').ok_or_else(malformed)?.split('.');
+    let (Some(offset), Some(data), Some(tag), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(malformed());
+    };
+    let hex = |s: &str| {
+        (!s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| u64::from_str_radix(s, 16).ok())
+            .flatten()
+    };
+    let (Some(offset), Some(data)) = (hex(offset), hex(data)) else {
+        return Err(malformed());
+    };
+    if tag.len() != 12 || hex(tag).is_none() || data > offset {
+        return Err(malformed());
+    }
+    if tag != owner_tag(exec_id) {
+        return Err(CursorError::Foreign(shown(c)));
+    }
+    Ok(Pos { offset, data })
+}
+
+/// `<offset>-<data before>.seg`; older agents wrote `<offset>.seg` (data before unknown).
+fn seg_name(start: Pos) -> String {
+    format!("{:020}-{:020}{SEG_SUFFIX}", start.offset, start.data)
+}
+
+/// One segment file: where it starts (`data` is `None` for a segment named by an older agent).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Segment {
+    pub start: u64,
+    pub data_before: Option<u64>,
+    pub path: PathBuf,
+}
+
+fn parse_seg_name(name: &str) -> Option<(u64, Option<u64>)> {
+    let stem = name.strip_suffix(SEG_SUFFIX)?;
+    match stem.split_once('-') {
+        Some((o, d)) => Some((o.parse().ok()?, Some(d.parse().ok()?))),
+        None => Some((stem.parse().ok()?, None)),
+    }
+}
+
+/// Segments in `dir`, oldest first.
+pub fn segments(dir: &Path) -> io::Result<Vec<Segment>> {
     let mut out = Vec::new();
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
@@ -56,12 +135,43 @@ pub fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
         let entry = entry?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let Some(start) = name.strip_suffix(SEG_SUFFIX).and_then(|s| s.parse().ok()) {
-            out.push((start, entry.path()));
+        if let Some((start, data_before)) = parse_seg_name(name) {
+            out.push(Segment {
+                start,
+                data_before,
+                path: entry.path(),
+            });
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// Output bytes in the complete frames of a segment (headers only are read).
+fn payload_bytes(path: &Path) -> io::Result<u64> {
+    let mut r = BufReader::new(File::open(path)?);
+    let len = r.get_ref().metadata()?.len();
+    let (mut at, mut data) = (0u64, 0u64);
+    let mut hdr = [0u8; HEADER];
+    while at + HEADER as u64 <= len {
+        r.read_exact(&mut hdr)?;
+        let n = u64::from(u32::from_le_bytes(hdr[2..6].try_into().unwrap()));
+        if hdr[0] != MAGIC || at + HEADER as u64 + n > len {
+            break;
+        }
+        r.seek_relative(n as i64)?;
+        at += HEADER as u64 + n;
+        data += n;
+    }
+    Ok(data)
+}
+
+/// A retained segment as the writer tracks it.
+#[derive(Clone, Copy, Debug)]
+struct Retained {
+    start: Pos,
+    len: u64,
+    data: u64,
 }
 
 /// Appends frames; owned by the supervisor (single writer).
@@ -70,12 +180,9 @@ pub struct LedgerWriter {
     cap: u64,
     seg_limit: u64,
     file: File,
-    seg_start: u64,
-    /// Offset of the next frame.
-    end: u64,
-    /// Oldest retained offset.
-    first: u64,
-    retained: Vec<(u64, u64)>,
+    /// Position of the next frame.
+    end: Pos,
+    retained: Vec<Retained>,
 }
 
 impl LedgerWriter {
@@ -84,47 +191,80 @@ impl LedgerWriter {
         fs::create_dir_all(dir)?;
         // Four segments per cap: dropping one loses at most a quarter of the retained output.
         let seg_limit = (cap / 4).max(4096);
-        let segs = segments(dir)?;
-        let mut retained = Vec::new();
-        for (start, path) in &segs {
-            retained.push((*start, fs::metadata(path)?.len()));
+        let mut retained: Vec<Retained> = Vec::new();
+        for seg in segments(dir)? {
+            let data = payload_bytes(&seg.path)?;
+            // A segment of an older agent: count on from its predecessor (or from its offset).
+            let data_before = seg.data_before.unwrap_or(match retained.last() {
+                Some(r) => r.start.data + r.data,
+                None => seg.start,
+            });
+            retained.push(Retained {
+                start: Pos {
+                    offset: seg.start,
+                    data: data_before,
+                },
+                len: fs::metadata(&seg.path)?.len(),
+                data,
+            });
         }
-        let (seg_start, end) = match retained.last() {
-            Some(&(s, len)) => (s, s + len),
-            None => (0, 0),
+        let last = retained.last().copied();
+        let file = match last.map(|r| {
+            OpenOptions::new()
+                .append(true)
+                .open(dir.join(seg_name(r.start)))
+        }) {
+            Some(Ok(f)) => f,
+            // No segment yet, or the last one has an older agent's name: go on in a new one.
+            _ => {
+                let p = last.map_or(Pos::default(), |r| Pos {
+                    offset: r.start.offset + r.len,
+                    data: r.start.data + r.data,
+                });
+                retained.push(Retained {
+                    start: p,
+                    len: 0,
+                    data: 0,
+                });
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join(seg_name(p)))?
+            }
         };
-        if retained.is_empty() {
-            retained.push((0, 0));
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(seg_name(seg_start)))?;
-        let first = retained[0].0;
+        let last = retained.last().copied().expect("one segment at least");
         Ok(LedgerWriter {
             dir: dir.to_path_buf(),
             cap,
             seg_limit,
             file,
-            seg_start,
-            end,
-            first,
+            end: Pos {
+                offset: last.start.offset + last.len,
+                data: last.start.data + last.data,
+            },
             retained,
         })
     }
 
     pub fn end(&self) -> u64 {
-        self.end
+        self.end.offset
     }
 
+    /// Oldest retained offset.
     pub fn first(&self) -> u64 {
-        self.first
+        self.retained[0].start.offset
+    }
+
+    /// Output bytes dropped by the retention cap (payloads only, no frame headers).
+    pub fn dropped(&self) -> u64 {
+        self.retained[0].start.data
     }
 
     pub fn append(&mut self, stream: Stream, ts_nanos: u64, data: &[u8]) -> io::Result<()> {
         // Frames no larger than a segment keep at least cap - segment of the newest output.
         for chunk in data.chunks(MAX_FRAME.min(self.seg_limit as usize)) {
-            if self.end - self.seg_start >= self.seg_limit {
+            let seg_start = self.retained.last().map(|r| r.start.offset).unwrap_or(0);
+            if self.end.offset - seg_start >= self.seg_limit {
                 self.rotate()?;
             }
             let mut hdr = [0u8; HEADER];
@@ -145,27 +285,37 @@ impl LedgerWriter {
                     written += self.file.write(&frame[written..])?;
                 }
             }
-            self.end += total as u64;
+            self.end.offset += total as u64;
+            self.end.data += chunk.len() as u64;
             if let Some(last) = self.retained.last_mut() {
-                last.1 += total as u64;
+                last.len += total as u64;
+                last.data += chunk.len() as u64;
             }
         }
         Ok(())
     }
 
     fn rotate(&mut self) -> io::Result<()> {
-        self.seg_start = self.end;
         self.file = OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.join(seg_name(self.seg_start)))?;
-        self.retained.push((self.seg_start, 0));
-        let mut total: u64 = self.retained.iter().map(|s| s.1).sum();
+            .open(self.dir.join(seg_name(self.end)))?;
+        self.retained.push(Retained {
+            start: self.end,
+            len: 0,
+            data: 0,
+        });
+        let mut total: u64 = self.retained.iter().map(|s| s.len).sum();
         while total > self.cap && self.retained.len() > 1 {
-            let (start, len) = self.retained.remove(0);
-            fs::remove_file(self.dir.join(seg_name(start)))?;
-            total -= len;
-            self.first = self.retained[0].0;
+            let old = self.retained.remove(0);
+            // Named by this writer or, before an upgrade, by an older one.
+            if fs::remove_file(self.dir.join(seg_name(old.start))).is_err() {
+                fs::remove_file(
+                    self.dir
+                        .join(format!("{:020}{SEG_SUFFIX}", old.start.offset)),
+                )?;
+            }
+            total -= old.len;
         }
         Ok(())
     }
@@ -181,57 +331,63 @@ pub enum Entry {
         stream: Stream,
         ts_nanos: u64,
         data: Vec<u8>,
-        cursor: u64,
+        cursor: Pos,
     },
-    /// Bytes `[from, to)` were dropped by the retention cap.
-    Gap { from: u64, to: u64 },
+    /// Output between `from` and `to` was dropped by the retention cap:
+    /// `to.data - from.data` output bytes.
+    Gap { from: Pos, to: Pos },
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("cursor {0:?} is not a cursor of this process's output")]
-    BadCursor(String),
+    #[error("cursor at offset {0} is not a position in this process's output")]
+    BadCursor(u64),
     #[error("reading output ledger: {0}")]
     Io(#[from] io::Error),
 }
 
 /// Reads entries after `pos`, up to `max_bytes` of data (at least one frame when any is
 /// available). Returns the entries and the position to continue from.
-pub fn read_after(dir: &Path, pos: u64, max_bytes: u64) -> Result<(Vec<Entry>, u64), ReadError> {
+pub fn read_after(dir: &Path, pos: Pos, max_bytes: u64) -> Result<(Vec<Entry>, Pos), ReadError> {
     let segs = segments(dir)?;
     let mut out = Vec::new();
     let mut pos = pos;
-    let Some(&(first, _)) = segs.first() else {
+    let Some(first) = segs.first() else {
         return Ok((out, pos));
     };
-    if pos < first {
-        out.push(Entry::Gap {
-            from: pos,
-            to: first,
-        });
-        pos = first;
+    if pos.offset < first.start {
+        let to = Pos {
+            offset: first.start,
+            // An older agent's segment does not say: count the dropped frames' bytes.
+            data: first
+                .data_before
+                .unwrap_or(pos.data + (first.start - pos.offset))
+                .max(pos.data),
+        };
+        out.push(Entry::Gap { from: pos, to });
+        pos = to;
     }
     let mut budget = max_bytes;
     let mut have_data = false;
-    let mut idx = match segs.iter().rposition(|(s, _)| *s <= pos) {
+    let mut idx = match segs.iter().rposition(|s| s.start <= pos.offset) {
         Some(i) => i,
         None => return Ok((out, pos)),
     };
     while idx < segs.len() {
-        let (start, ref path) = segs[idx];
-        let file = match File::open(path) {
+        let start = segs[idx].start;
+        let file = match File::open(&segs[idx].path) {
             Ok(f) => f,
             // Dropped between listing and opening: report the gap on the next read.
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((out, pos)),
             Err(e) => return Err(e.into()),
         };
         let len = file.metadata()?.len();
-        if pos > start + len {
-            return Err(ReadError::BadCursor(encode_cursor(pos)));
+        if pos.offset > start + len {
+            return Err(ReadError::BadCursor(pos.offset));
         }
         let mut r = BufReader::with_capacity(256 * 1024, file);
-        r.seek(SeekFrom::Start(pos - start))?;
-        let mut at = pos - start;
+        r.seek(SeekFrom::Start(pos.offset - start))?;
+        let mut at = pos.offset - start;
         loop {
             if at + HEADER as u64 > len {
                 break;
@@ -241,33 +397,36 @@ pub fn read_after(dir: &Path, pos: u64, max_bytes: u64) -> Result<(Vec<Entry>, u
             let stream = Stream::from_byte(hdr[1]);
             let n = u32::from_le_bytes(hdr[2..6].try_into().unwrap()) as u64;
             if hdr[0] != MAGIC || stream.is_none() || n as usize > MAX_FRAME {
-                return Err(ReadError::BadCursor(encode_cursor(start + at)));
+                return Err(ReadError::BadCursor(start + at));
             }
             if at + HEADER as u64 + n > len {
                 break; // frame still being written
             }
             if have_data && n > budget {
-                return Ok((out, start + at));
+                return Ok((out, pos));
             }
             let mut data = vec![0u8; n as usize];
             r.read_exact(&mut data)?;
             at += HEADER as u64 + n;
+            pos = Pos {
+                offset: start + at,
+                data: pos.data + n,
+            };
             budget = budget.saturating_sub(n);
             have_data = true;
             out.push(Entry::Data {
                 stream: stream.unwrap(),
                 ts_nanos: u64::from_le_bytes(hdr[6..14].try_into().unwrap()),
                 data,
-                cursor: start + at,
+                cursor: pos,
             });
             if budget == 0 {
-                return Ok((out, start + at));
+                return Ok((out, pos));
             }
         }
-        pos = start + at;
         // Move on only if a later segment exists and this one is complete up to its start.
         match segs.get(idx + 1) {
-            Some(&(next, _)) if next == pos => idx += 1,
+            Some(next) if next.start == pos.offset => idx += 1,
             _ => break,
         }
     }
@@ -277,7 +436,7 @@ pub fn read_after(dir: &Path, pos: u64, max_bytes: u64) -> Result<(Vec<Entry>, u
 /// Total bytes ever appended (end offset), from the segment list.
 pub fn end_offset(dir: &Path) -> io::Result<u64> {
     Ok(match segments(dir)?.last() {
-        Some((start, path)) => start + fs::metadata(path)?.len(),
+        Some(s) => s.start + fs::metadata(&s.path)?.len(),
         None => 0,
     })
 }
@@ -303,7 +462,7 @@ mod tests {
         w.append(Stream::Stdout, 1, b"a").unwrap();
         w.append(Stream::Stderr, 2, b"bb").unwrap();
         w.append(Stream::Stdout, 3, b"ccc").unwrap();
-        let (all, end) = read_after(d.path(), 0, u64::MAX).unwrap();
+        let (all, end) = read_after(d.path(), Pos::default(), u64::MAX).unwrap();
         assert_eq!(
             data(&all),
             vec![
@@ -312,7 +471,7 @@ mod tests {
                 (Stream::Stdout, b"ccc".to_vec())
             ]
         );
-        assert_eq!(end, w.end());
+        assert_eq!(end.offset, w.end());
         let Entry::Data { cursor, .. } = all[0] else {
             panic!()
         };
@@ -321,6 +480,7 @@ mod tests {
         let (none, p) = read_after(d.path(), end, u64::MAX).unwrap();
         assert!(none.is_empty());
         assert_eq!(p, end);
+        assert_eq!(end.data, 6, "output bytes, not frame bytes");
     }
 
     #[test]
@@ -330,7 +490,7 @@ mod tests {
         for _ in 0..10 {
             w.append(Stream::Stdout, 0, b"0123456789").unwrap();
         }
-        let (e, p) = read_after(d.path(), 0, 25).unwrap();
+        let (e, p) = read_after(d.path(), Pos::default(), 25).unwrap();
         assert_eq!(data(&e).len(), 2);
         let (e2, _) = read_after(d.path(), p, 1).unwrap();
         assert_eq!(
@@ -352,27 +512,48 @@ mod tests {
         let kept: u64 = segments(d.path())
             .unwrap()
             .iter()
-            .map(|(_, p)| fs::metadata(p).unwrap().len())
+            .map(|s| fs::metadata(&s.path).unwrap().len())
             .sum();
         assert!(
             kept <= 16 * 1024 + 4096 + HEADER as u64 + 1000,
             "kept {kept}"
         );
-        let (e, end) = read_after(d.path(), 0, u64::MAX).unwrap();
-        assert_eq!(
-            e[0],
-            Entry::Gap {
-                from: 0,
-                to: w.first()
-            }
-        );
-        assert_eq!(end, w.end());
+        let (e, end) = read_after(d.path(), Pos::default(), u64::MAX).unwrap();
+        let Entry::Gap { from, to } = e[0] else {
+            panic!("{:?}", e[0])
+        };
+        assert_eq!((from, to.offset), (Pos::default(), w.first()));
+        assert_eq!(end.offset, w.end());
         let got: u64 = data(&e).iter().map(|(_, d)| d.len() as u64).sum();
-        assert_eq!(
-            got + (w.first() / (HEADER as u64 + 1000)) * 1000,
-            100_000,
-            "gap + data = everything"
-        );
+        // The gap counts output bytes only: gap + data = everything written, exactly.
+        assert_eq!(to.data - from.data, w.dropped());
+        assert_eq!(w.dropped() % 1000, 0, "whole frames of 1000 output bytes");
+        assert_eq!(got + w.dropped(), 100_000, "gap + data = everything");
+        // From a cursor taken after two frames, since dropped: the rest of the gap only.
+        let after_two = Pos {
+            offset: 2 * (HEADER as u64 + 1000),
+            data: 2000,
+        };
+        let (again, _) = read_after(d.path(), after_two, u64::MAX).unwrap();
+        let Entry::Gap { from, to } = again[0] else {
+            panic!("{:?}", again[0])
+        };
+        assert_eq!(to.data - from.data, w.dropped() - 2000);
+    }
+
+    #[test]
+    fn reopen_keeps_the_dropped_count() {
+        let d = tempfile::tempdir().unwrap();
+        let dropped = {
+            let mut w = LedgerWriter::open(d.path(), 8192).unwrap();
+            for _ in 0..40 {
+                w.append(Stream::Stdout, 0, &[b'y'; 500]).unwrap();
+            }
+            w.dropped()
+        };
+        assert!(dropped > 0);
+        let w = LedgerWriter::open(d.path(), 8192).unwrap();
+        assert_eq!(w.dropped(), dropped);
     }
 
     #[test]
@@ -380,16 +561,54 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut w = LedgerWriter::open(d.path(), 1 << 20).unwrap();
         w.append(Stream::Stdout, 0, b"hello world").unwrap();
+        let at = |offset| Pos { offset, data: 0 };
         assert!(matches!(
-            read_after(d.path(), 3, 100),
-            Err(ReadError::BadCursor(_))
+            read_after(d.path(), at(3), 100),
+            Err(ReadError::BadCursor(3))
         ));
         assert!(matches!(
-            read_after(d.path(), 10_000, 100),
+            read_after(d.path(), at(10_000), 100),
             Err(ReadError::BadCursor(_))
         ));
-        assert_eq!(decode_cursor(&encode_cursor(12345)), Some(12345));
-        assert_eq!(decode_cursor("nope"), None);
+    }
+
+    #[test]
+    fn cursors_are_bound_to_their_process() {
+        let p = Pos {
+            offset: 12345,
+            data: 999,
+        };
+        let c = encode_cursor("uid-a", p);
+        assert_eq!(decode_cursor("uid-a", &c), Ok(p));
+        // Same offsets, another process (or a re-created object of the same name: a new UID).
+        let e = decode_cursor("uid-b", &c).unwrap_err();
+        assert!(matches!(e, CursorError::Foreign(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("cursor belongs to another process"),
+            "{e}"
+        );
+        for bad in [
+            "nope",
+            "c10",
+            "c1.2",
+            "cz.1.000000000000",
+            "c1.2.abc",
+            "c1.2.3.4",
+            "c1.5.000000000000",
+        ] {
+            assert!(
+                matches!(decode_cursor("uid-a", bad), Err(CursorError::Malformed(_))),
+                "{bad} accepted"
+            );
+        }
+        // A long garbage cursor is echoed cut short.
+        let long = "x".repeat(5000);
+        let e = decode_cursor("uid-a", &long).unwrap_err().to_string();
+        assert!(e.len() < 200 && e.contains('…'), "{e}");
+        assert!(
+            e.contains(&"x".repeat(64)) && !e.contains(&"x".repeat(65)),
+            "{e}"
+        );
     }
 
     #[test]
@@ -403,7 +622,7 @@ mod tests {
         let mut w = LedgerWriter::open(d.path(), 1 << 20).unwrap();
         assert_eq!(w.end(), end);
         w.append(Stream::Stderr, 0, b"two").unwrap();
-        let (e, _) = read_after(d.path(), 0, u64::MAX).unwrap();
+        let (e, _) = read_after(d.path(), Pos::default(), u64::MAX).unwrap();
         assert_eq!(data(&e).len(), 2);
     }
 }

@@ -118,7 +118,10 @@ pub fn spawn_net_prober(
         })
 }
 
-/// Line-oriented regex matcher over the selected output stream(s).
+/// Line-oriented regex matcher over the selected output stream(s). Only complete lines are
+/// matched: a line counts once its newline arrives, or, for a last line without one, once its
+/// stream is closed (end of file). A partial line is never matched while more of it may come
+/// (`printf 'port=80'; sleep 2; printf '80\n'` must not match `^port=80$`).
 pub struct LogMatcher {
     re: regex_lite::Regex,
     stream: LogStream,
@@ -137,14 +140,17 @@ impl LogMatcher {
         })
     }
 
-    /// Feeds output; true once a line (or the current unterminated line) matches.
-    pub fn feed(&mut self, stream: Stream, data: &[u8]) -> bool {
-        let wanted = match self.stream {
+    fn wanted(&self, stream: Stream) -> bool {
+        match self.stream {
             LogStream::Both => true,
             LogStream::Stdout => stream == Stream::Stdout,
             LogStream::Stderr => stream == Stream::Stderr,
-        };
-        if !wanted {
+        }
+    }
+
+    /// Feeds output; true once a complete line matches.
+    pub fn feed(&mut self, stream: Stream, data: &[u8]) -> bool {
+        if !self.wanted(stream) {
             return false;
         }
         let buf = &mut self.partial[stream as usize - 1];
@@ -163,8 +169,16 @@ impl LogMatcher {
             let cut = buf.len() - MAX_PARTIAL;
             buf.drain(..cut);
         }
-        // Prompts often lack a newline ("listening on :8080" then nothing).
-        !buf.is_empty() && self.re.is_match(&String::from_utf8_lossy(buf))
+        false
+    }
+
+    /// The stream was closed: its last line, if it had no newline, is complete now.
+    pub fn eof(&mut self, stream: Stream) -> bool {
+        if !self.wanted(stream) {
+            return false;
+        }
+        let buf = std::mem::take(&mut self.partial[stream as usize - 1]);
+        !buf.is_empty() && self.re.is_match(&String::from_utf8_lossy(&buf))
     }
 }
 
@@ -179,8 +193,23 @@ mod tests {
         assert!(!m.feed(Stream::Stdout, b"ready on 80\n"), "stdout ignored");
         assert!(!m.feed(Stream::Stderr, b"starting\nready o"));
         assert!(m.feed(Stream::Stderr, b"n 8080\n"));
+    }
+
+    #[test]
+    fn log_matcher_waits_for_the_end_of_a_line() {
+        // `printf 'port=80'; sleep 2; printf '80\n'`: the line is port=8080.
+        let mut m = LogMatcher::new("^port=80$", LogStream::Both).unwrap();
+        assert!(!m.feed(Stream::Stdout, b"port=80"), "partial line matched");
+        assert!(!m.feed(Stream::Stdout, b"80\n"));
+        assert!(!m.eof(Stream::Stdout));
+        // A last line without a newline counts once its stream is closed.
         let mut m = LogMatcher::new("^go$", LogStream::Both).unwrap();
-        assert!(m.feed(Stream::Stdout, b"go"), "unterminated line matches");
+        assert!(!m.feed(Stream::Stdout, b"go"));
+        assert!(!m.eof(Stream::Stderr), "the other stream's end");
+        assert!(m.eof(Stream::Stdout));
+        let mut m = LogMatcher::new("^go$", LogStream::Stderr).unwrap();
+        assert!(!m.feed(Stream::Stdout, b"go"));
+        assert!(!m.eof(Stream::Stdout), "stream not selected");
     }
 
     #[test]

@@ -12,7 +12,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
 use sandbox_api::wire::{
-    LogEvent, LogQuery, LogStream, ProcessList, SignalRequest, StartRequest, WatchEvent,
+    LogEvent, LogQuery, LogStream, ProcessList, ProcessRecord, SignalRequest, StartRequest,
+    WatchEvent,
 };
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
@@ -20,7 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::auth::Auth;
 use crate::error::AgentError;
 use crate::exec_id::ExecId;
-use crate::ledger::{self, decode_cursor, encode_cursor, Entry, Stream};
+use crate::ledger::{self, decode_cursor, encode_cursor, Entry, Pos, Stream};
 use crate::registry::Registry;
 
 /// Poll interval of a log follower waiting for new output.
@@ -131,6 +132,35 @@ fn line<T: serde::Serialize>(v: &T) -> Bytes {
     Bytes::from(b)
 }
 
+/// The `end` event. The stream reaches tenants (through the operator's subresource API): the
+/// node's view of the process (`hostPid`) is left out of the record.
+fn end_event(cursor: String, record: Option<ProcessRecord>) -> LogEvent {
+    LogEvent::End {
+        cursor,
+        record: record.map(|mut r| {
+            r.host_pid = None;
+            Box::new(r)
+        }),
+    }
+}
+
+/// The last event of a read that stopped at its byte limit: `more` (resume at the cursor) unless
+/// nothing is left, that is, the output is drained and the process ended — or, without `follow`,
+/// nothing more is there yet (as an unlimited read would end).
+fn after_limit(
+    cursor: String,
+    output_left: bool,
+    follow: bool,
+    record: Option<ProcessRecord>,
+) -> LogEvent {
+    let ended = record.as_ref().is_some_and(|r| r.is_final());
+    if output_left || (follow && !ended) {
+        LogEvent::More { cursor }
+    } else {
+        end_event(cursor, record.filter(|r| r.is_final()))
+    }
+}
+
 async fn logs(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -139,9 +169,10 @@ async fn logs(
     let eid = ExecId::parse(&id)?;
     st.registry.get(&id)?;
     let start = match &q.since {
-        Some(c) => decode_cursor(c)
-            .ok_or_else(|| AgentError::InvalidRequest(format!("since {c:?}: not a cursor")))?,
-        None => 0,
+        Some(c) => {
+            decode_cursor(eid.as_str(), c).map_err(|e| AgentError::InvalidRequest(e.to_string()))?
+        }
+        None => Pos::default(),
     };
     let dir = st.registry.layout().ledger(&eid);
     // Validate the cursor up front so a bad one is a 400, not a broken stream.
@@ -156,6 +187,7 @@ async fn logs(
     let registry = st.registry.clone();
     let stop = st.shutdown.clone();
     let follow = async move {
+        let cursor = |p: Pos| encode_cursor(eid.as_str(), p);
         let mut pos = start;
         let mut budget = q.max_bytes.unwrap_or(u64::MAX);
         let want = q.stream.unwrap_or(LogStream::Both);
@@ -172,14 +204,14 @@ async fn logs(
             for e in entries {
                 let ev = match e {
                     Entry::Gap { from, to } => LogEvent::Truncated {
-                        dropped_bytes: to - from,
-                        cursor: encode_cursor(to),
+                        dropped_bytes: to.data.saturating_sub(from.data),
+                        cursor: cursor(to),
                     },
                     Entry::Data {
                         stream,
                         ts_nanos,
                         data,
-                        cursor,
+                        cursor: at,
                     } => {
                         budget = budget.saturating_sub(data.len() as u64);
                         let s = match stream {
@@ -193,7 +225,7 @@ async fn logs(
                             stream: s,
                             data: base64::engine::general_purpose::STANDARD.encode(&data),
                             ts_nanos,
-                            cursor: encode_cursor(cursor),
+                            cursor: cursor(at),
                         }
                     }
                 };
@@ -203,7 +235,18 @@ async fn logs(
             }
             pos = next;
             if budget == 0 {
-                break;
+                // Stopped by maxBytes: say whether (and where) more follows, never a false end.
+                // The record first: output written before it became final is then seen below.
+                let record = registry.get(&id).ok();
+                let d = dir.clone();
+                let left = tokio::task::spawn_blocking(move || ledger::read_after(&d, pos, 1))
+                    .await
+                    .map(|r| r.map(|(e, _)| !e.is_empty()).unwrap_or(true))
+                    .unwrap_or(true);
+                let _ = tx
+                    .send(line(&after_limit(cursor(pos), left, q.follow, record)))
+                    .await;
+                return;
             }
             if got_any {
                 continue;
@@ -218,17 +261,8 @@ async fn logs(
                 tokio::time::sleep(FOLLOW_POLL).await;
             }
         }
-        let record = registry
-            .get(&id)
-            .ok()
-            .filter(|r| r.is_final())
-            .map(Box::new);
-        let _ = tx
-            .send(line(&LogEvent::End {
-                cursor: encode_cursor(pos),
-                record,
-            }))
-            .await;
+        let record = registry.get(&id).ok().filter(|r| r.is_final());
+        let _ = tx.send(line(&end_event(cursor(pos), record))).await;
     };
     tokio::spawn(async move {
         tokio::select! { _ = follow => {}, _ = stopping(stop) => {} }
@@ -275,4 +309,56 @@ async fn watch(State(st): State<AppState>) -> Response {
         tokio::select! { _ = stream => {}, _ = stopping(stop) => {} }
     });
     ndjson(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_api::wire::Phase;
+
+    fn record(phase: Phase) -> ProcessRecord {
+        let mut r = ProcessRecord::starting("e", "p", "c", "id");
+        r.phase = phase;
+        r.pid = Some(7);
+        r.host_pid = Some(40_123);
+        r
+    }
+
+    #[test]
+    fn the_end_event_leaves_out_the_host_pid() {
+        let LogEvent::End {
+            record: Some(r), ..
+        } = end_event("c".into(), Some(record(Phase::Exited)))
+        else {
+            panic!()
+        };
+        assert_eq!((r.pid, r.host_pid), (Some(7), None));
+        let text = serde_json::to_string(&end_event("c".into(), Some(record(Phase::Exited))));
+        assert!(!text.unwrap().contains("hostPid"));
+    }
+
+    #[test]
+    fn a_byte_limit_ends_with_more_unless_nothing_is_left() {
+        let more = |ev: LogEvent| matches!(ev, LogEvent::More { ref cursor } if cursor == "c9");
+        let running = || Some(record(Phase::Running));
+        let exited = || Some(record(Phase::Exited));
+        // Output left: more, whatever the process does.
+        assert!(more(after_limit("c9".into(), true, false, exited())));
+        assert!(more(after_limit("c9".into(), true, false, running())));
+        // A follow of a running process: more may come.
+        assert!(more(after_limit("c9".into(), false, true, running())));
+        // Drained and ended: the real end, with the record.
+        assert!(matches!(
+            after_limit("c9".into(), false, true, exited()),
+            LogEvent::End {
+                record: Some(_),
+                ..
+            }
+        ));
+        // Nothing more there yet and no follow: ends like an unlimited read (no record).
+        assert!(matches!(
+            after_limit("c9".into(), false, false, running()),
+            LogEvent::End { record: None, .. }
+        ));
+    }
 }

@@ -218,7 +218,7 @@ impl Supervisor {
             let start = v.iter().position(|&c| (c as i8) >= -64).unwrap_or(0).min(3);
             String::from_utf8_lossy(&v[start..]).into_owned()
         };
-        self.rec.output.dropped_bytes = self.ledger.first();
+        self.rec.output.dropped_bytes = self.ledger.dropped();
         self.dirty_since = None;
         record::write_json(&self.layout.record(&self.id), &self.rec, durable)
     }
@@ -384,6 +384,24 @@ impl Supervisor {
         if !self.rec.ready && !self.rec.readiness_timed_out {
             if let Some(m) = self.matcher.as_mut() {
                 if m.feed(stream, data) {
+                    self.mark_ready()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A stream closed: a last line without a newline is complete now (logMatch).
+    fn on_eof(&mut self, idx: usize) -> std::io::Result<()> {
+        self.out[idx] = None;
+        let stream = if idx == 0 {
+            Stream::Stdout
+        } else {
+            Stream::Stderr
+        };
+        if !self.rec.ready && !self.rec.readiness_timed_out {
+            if let Some(m) = self.matcher.as_mut() {
+                if m.eof(stream) {
                     self.mark_ready()?;
                 }
             }
@@ -562,7 +580,7 @@ impl Supervisor {
                         break;
                     };
                     match nix::unistd::read(fd, &mut buf) {
-                        Ok(0) => self.out[idx] = None,
+                        Ok(0) => self.on_eof(idx)?,
                         Ok(n) => {
                             self.on_output(idx, &buf[..n])?;
                             if n == buf.len() {
@@ -570,7 +588,7 @@ impl Supervisor {
                             }
                         }
                         Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
-                        Err(_) => self.out[idx] = None,
+                        Err(_) => self.on_eof(idx)?,
                     }
                     break;
                 }

@@ -508,6 +508,32 @@ async fn readiness_log_match() {
 }
 
 #[tokio::test]
+async fn readiness_log_match_waits_for_whole_lines() {
+    let f = fx();
+    let mut q = req(
+        &f.ctr,
+        &[
+            "sh",
+            "-c",
+            "printf 'port=80'; sleep 2; printf '80\\n'; sleep 1; echo port=80; sleep 100",
+        ],
+    );
+    q.readiness = readiness(
+        ProbeKind::LogMatch {
+            pattern: "^port=80$".into(),
+            stream: Default::default(),
+        },
+        None,
+    );
+    let r = f.agent.start(&q).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mid = f.agent.record(&r.exec_id).await;
+    assert!(!mid.ready, "ready on the partial line \"port=80\": {mid:?}");
+    let r = f.agent.wait_for(&r.exec_id, T, "ready", |r| r.ready).await;
+    assert!(r.output.tail.ends_with("port=8080\nport=80\n"), "{r:?}");
+}
+
+#[tokio::test]
 async fn logs_cursors_replay_follow() {
     let f = fx();
     let r = f
@@ -548,19 +574,83 @@ async fn logs_cursors_replay_follow() {
     assert_eq!(text(&only_err, None), expect_err);
     let page = f.agent.logs(&r.exec_id, "maxBytes=20").await;
     assert!(text(&page, None).len() <= 20 && !text(&page, None).is_empty());
-    // Bad cursor is a clear 400.
-    let r2 = f
+    // A limited read is not the end: it says where more follows, and reading on from there
+    // page by page gives everything, then the real end.
+    let mut all = page.clone();
+    let mut pages = 1;
+    loop {
+        match all.last().unwrap() {
+            LogEvent::More { cursor } => {
+                let next = f
+                    .agent
+                    .logs(&r.exec_id, &format!("maxBytes=200&since={cursor}"))
+                    .await;
+                all.extend(next);
+                pages += 1;
+            }
+            LogEvent::End { record, .. } => {
+                assert!(record.is_some(), "the end of an exited process");
+                break;
+            }
+            e => panic!("a limited read ended with {e:?}"),
+        }
+        assert!(pages < 100);
+    }
+    assert!(pages > 2, "{pages}");
+    assert_eq!(text(&all, None), text(&events, None));
+    // The end event tenants read carries no node PID.
+    let LogEvent::End {
+        record: Some(rec), ..
+    } = events.last().unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(rec.host_pid, None);
+    assert!(f.agent.record(&r.exec_id).await.host_pid.is_some());
+    // Bad cursor is a clear 400; a long one is echoed cut short.
+    let (s, v) = f
         .agent
-        .client
-        .get(
-            f.agent
-                .url(&format!("/v1/processes/{}/logs?since=zz", r.exec_id)),
-        )
-        .bearer_auth(TOKEN)
-        .send()
+        .get(&format!("/v1/processes/{}/logs?since=zz", r.exec_id))
+        .await;
+    assert_eq!(s, 400, "{v}");
+    let long = "c".to_string() + &"9".repeat(5000);
+    let (s, v) = f
+        .agent
+        .get(&format!("/v1/processes/{}/logs?since={long}", r.exec_id))
+        .await;
+    let msg = v["message"].as_str().unwrap();
+    assert!(
+        s == 400 && msg.len() < 300 && msg.contains("not a cursor"),
+        "{msg}"
+    );
+    // A cursor of another process is refused naming the cause, even where offsets coincide.
+    let other = f
+        .agent
+        .start(&req(
+            &f.ctr,
+            &["sh", "-c", "echo out1; echo err1 >&2; echo out2"],
+        ))
         .await
         .unwrap();
-    assert_eq!(r2.status().as_u16(), 400);
+    f.agent.wait_final(&other.exec_id, T).await;
+    let LogEvent::Data { cursor, .. } = &events[0] else {
+        panic!()
+    };
+    let (s, v) = f
+        .agent
+        .get(&format!(
+            "/v1/processes/{}/logs?since={cursor}",
+            other.exec_id
+        ))
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("cursor belongs to another process"),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -582,6 +672,9 @@ async fn retention_cap_shows_an_explicit_gap() {
     };
     assert!(*dropped_bytes > 900_000, "{dropped_bytes}");
     let kept = text(&events, None).len();
+    // Output bytes only, no frame headers: what was dropped and what was kept add up exactly.
+    assert_eq!(*dropped_bytes + kept as u64, 1_100_000);
+    assert_eq!(done.output.dropped_bytes, *dropped_bytes);
     // At most the cap plus the segment being written.
     assert!(kept > 32_768 && kept <= 2 * 65_536, "kept {kept}");
     assert!(

@@ -147,11 +147,15 @@ fn default_grace() -> i64 {
 pub struct EnvVar {
     #[schemars(length(min = 1, max = 256))]
     #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "!self.contains('=')", "message": "env name must not contain '='"}
+        {"rule": "!self.contains('=')", "message": "env name must not contain '='"},
+        {"rule": "!self.contains('\\u0000')", "message": "env name must not contain a NUL character"}
     ]))]
     pub name: String,
     #[serde(default)]
     #[schemars(length(max = 32768))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "!self.contains('\\u0000')", "message": "env value must not contain a NUL character"}
+    ]))]
     pub value: String,
 }
 

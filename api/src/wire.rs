@@ -322,7 +322,12 @@ pub enum LogEvent {
     /// Output between `from` and `to` was dropped by the retention cap.
     #[serde(rename_all = "camelCase")]
     Truncated { dropped_bytes: u64, cursor: String },
-    /// No more output will come (process ended and output drained, or `maxBytes` hit).
+    /// `maxBytes` was reached: more output follows (or may, while the process runs); read on
+    /// with `since=cursor`. Never sent when the output is already drained.
+    #[serde(rename_all = "camelCase")]
+    More { cursor: String },
+    /// The last event. With `record`: the process has ended and its output is drained. Without
+    /// (a read without `follow` of a process still running): nothing more was there yet.
     #[serde(rename_all = "camelCase")]
     End {
         cursor: String,
@@ -380,6 +385,13 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&e).unwrap(),
             r#"{"type":"truncated","droppedBytes":5,"cursor":"c1"}"#
+        );
+        let e = LogEvent::More {
+            cursor: "c2".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"type":"more","cursor":"c2"}"#
         );
     }
 }

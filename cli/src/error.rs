@@ -18,6 +18,9 @@ pub enum CliError {
     /// The process could not run or was lost (phase Error).
     #[error("sandboxprocess {name} failed: {}: {}", error.code.as_str(), error.message)]
     Process { name: String, error: ProcessError },
+    /// Output was asked of a process that was never started (phase Error before the start).
+    #[error("sandboxprocess {name} has no output: the process could not start: {}: {}", error.code.as_str(), error.message)]
+    NoOutput { name: String, error: ProcessError },
     #[error("writing output: {0}")]
     Io(#[from] std::io::Error),
 }

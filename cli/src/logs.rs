@@ -33,6 +33,8 @@ pub struct Ended {
     pub record: Option<ProcessRecord>,
     /// The stream carried an End event (otherwise the connection ended early).
     pub complete: bool,
+    /// The stream ended with a `more` event (a byte limit): read on from `cursor`.
+    pub more: bool,
 }
 
 fn url(namespace: &str, name: &str, o: &Options) -> String {
@@ -84,29 +86,10 @@ impl Renderer {
         }
     }
 
-    fn event(&mut self, ev: &LogEvent, line: &str) -> Result<(), CliError> {
+    fn event(&mut self, ev: &LogEvent) -> Result<(), CliError> {
         if self.json {
-            let mut out = std::io::stdout().lock();
-            match ev {
-                // Decoded for readability; bytes that are not UTF-8 become U+FFFD, so
-                // scripts that need exact bytes use the raw output instead.
-                LogEvent::Data {
-                    stream,
-                    data,
-                    ts_nanos,
-                    cursor,
-                } => {
-                    let bytes = decode(data)?;
-                    let v = serde_json::json!({
-                        "type": "data",
-                        "stream": match stream { LogStream::Stderr => "stderr", _ => "stdout" },
-                        "data": String::from_utf8_lossy(&bytes),
-                        "time": time(*ts_nanos),
-                        "cursor": cursor,
-                    });
-                    writeln!(out, "{v}")?;
-                }
-                _ => writeln!(out, "{line}")?,
+            if let Some(v) = json_event(ev)? {
+                writeln!(std::io::stdout().lock(), "{v}")?;
             }
             return Ok(());
         }
@@ -138,6 +121,7 @@ impl Renderer {
                 }
                 w.flush()?;
             }
+            LogEvent::More { .. } => {}
             LogEvent::Truncated { dropped_bytes, .. } => {
                 eprintln!(
                     "kubectl-sandbox: [{dropped_bytes} bytes of output dropped here: over the agent's retention cap]"
@@ -147,6 +131,36 @@ impl Renderer {
         }
         Ok(())
     }
+}
+
+/// One `-o json` line for an event. `data` events carry the bytes as text in `data` when they are
+/// valid UTF-8, else base64 in `dataBase64` (no byte is lost either way); `truncated` and `end`
+/// are the API's events as they come.
+fn json_event(ev: &LogEvent) -> Result<Option<serde_json::Value>, CliError> {
+    let v = match ev {
+        LogEvent::Data {
+            stream,
+            data,
+            ts_nanos,
+            cursor,
+        } => {
+            let mut v = serde_json::json!({
+                "type": "data",
+                "stream": match stream { LogStream::Stderr => "stderr", _ => "stdout" },
+                "time": time(*ts_nanos),
+                "cursor": cursor,
+            });
+            match String::from_utf8(decode(data)?) {
+                Ok(text) => v["data"] = text.into(),
+                Err(_) => v["dataBase64"] = data.clone().into(),
+            }
+            v
+        }
+        // The plugin reads on by itself after a `more`.
+        LogEvent::More { .. } => return Ok(None),
+        other => serde_json::to_value(other).map_err(|e| CliError::Api(e.to_string()))?,
+    };
+    Ok(Some(v))
 }
 
 fn decode(data: &str) -> Result<Vec<u8>, CliError> {
@@ -186,10 +200,15 @@ pub async fn stream_once(
         }
         let ev: LogEvent = serde_json::from_str(&line)
             .map_err(|e| CliError::Api(format!("bad log event {line:?}: {e}")))?;
-        r.event(&ev, &line)?;
+        r.event(&ev)?;
         match ev {
             LogEvent::Data { cursor, .. } | LogEvent::Truncated { cursor, .. } => {
                 ended.cursor = Some(cursor)
+            }
+            LogEvent::More { cursor } => {
+                ended.cursor = Some(cursor);
+                ended.more = true;
+                break;
             }
             LogEvent::End { cursor, record } => {
                 ended.cursor = Some(cursor);
@@ -200,6 +219,26 @@ pub async fn stream_once(
         }
     }
     Ok(ended)
+}
+
+/// What to do after one read of the stream.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    Done,
+    /// Stopped at a byte limit (`more`): read on from its cursor at once.
+    ReadOn,
+    /// A follow lost its connection: resume from the last cursor after a pause.
+    Resume,
+}
+
+fn next(e: &Ended, follow: bool) -> Next {
+    if e.more {
+        Next::ReadOn
+    } else if e.complete || !follow {
+        Next::Done
+    } else {
+        Next::Resume
+    }
 }
 
 /// Prints output; a follow that loses its connection (an operator rollout, say) resumes from the
@@ -214,10 +253,14 @@ pub async fn print(
     let mut retries = 0;
     loop {
         match stream_once(client, namespace, name, &o).await {
-            Ok(e) if e.complete || !o.follow => return Ok(e),
-            Ok(e) => {
-                o.since = e.cursor.clone();
-            }
+            Ok(e) => match next(&e, o.follow) {
+                Next::Done => return Ok(e),
+                Next::ReadOn => {
+                    o.since = e.cursor.clone();
+                    continue;
+                }
+                Next::Resume => o.since = e.cursor.clone(),
+            },
             Err(CliError::StreamBroken(_)) if o.follow && retries < 5 => retries += 1,
             Err(e) => return Err(e),
         }
@@ -248,6 +291,52 @@ mod tests {
             "/apis/subresources.sandbox.dev/v1alpha1/namespaces/ns/sandboxprocesses/p-1/log?stream=stderr&follow=true&since=c00ff"
         );
         assert_eq!(encode("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn json_keeps_bytes_that_are_not_utf8() {
+        let ev = |bytes: &[u8]| LogEvent::Data {
+            stream: LogStream::Stdout,
+            data: base64::engine::general_purpose::STANDARD.encode(bytes),
+            ts_nanos: 0,
+            cursor: "c1".into(),
+        };
+        let v = json_event(&ev(b"h\xc3\xa9llo\n")).unwrap().unwrap();
+        assert_eq!(v["data"], "h\u{e9}llo\n");
+        assert!(v.get("dataBase64").is_none(), "{v}");
+        let raw = b"\xff\xfebin\x00";
+        let v = json_event(&ev(raw)).unwrap().unwrap();
+        assert!(v.get("data").is_none(), "{v}");
+        let back = base64::engine::general_purpose::STANDARD
+            .decode(v["dataBase64"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(back, raw, "every byte kept");
+        assert_eq!(
+            (v["type"].as_str(), v["cursor"].as_str()),
+            (Some("data"), Some("c1"))
+        );
+    }
+
+    #[test]
+    fn a_byte_limit_is_not_the_end() {
+        let more = Ended {
+            cursor: Some("c9".into()),
+            more: true,
+            ..Default::default()
+        };
+        assert_eq!(next(&more, false), Next::ReadOn);
+        assert_eq!(next(&more, true), Next::ReadOn);
+        let end = Ended {
+            complete: true,
+            ..Default::default()
+        };
+        assert_eq!(next(&end, true), Next::Done);
+        assert_eq!(next(&Ended::default(), false), Next::Done);
+        assert_eq!(
+            next(&Ended::default(), true),
+            Next::Resume,
+            "connection lost"
+        );
     }
 
     #[test]

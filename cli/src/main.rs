@@ -42,7 +42,8 @@ enum Command {
     Run(RunArgs),
     /// Print a process's output: replay, follow until exit (-f), resume after a cursor (--since).
     Logs(LogsArgs),
-    /// Stop a process (its stopSignal, SIGKILL after the grace period), or send one signal.
+    /// Stop a process (its stopSignal, SIGKILL after the grace period), or send one signal; an
+    /// ended process is left alone ("already exited (code N)", exit 0).
     Kill(KillArgs),
     /// List SandboxProcesses.
     #[command(alias = "list")]
@@ -95,7 +96,8 @@ struct LogsArgs {
     /// Prefix each line with the time it was read (RFC 3339).
     #[arg(long)]
     timestamps: bool,
-    /// `json`: one event per line with its cursor (data, truncated, end).
+    /// `json`: one event per line with its cursor (data, truncated, end); data as text in `data`,
+    /// or base64 in `dataBase64` when the bytes are not UTF-8.
     #[arg(short = 'o', long, value_parser = ["json"])]
     output: Option<String>,
 }
@@ -179,11 +181,20 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
                 json: a.output.is_some(),
                 split: false,
             };
-            if a.follow {
-                objects::wait_started(&ctx, &a.name).await?;
-            }
-            logs::print(&ctx.client, &ctx.namespace, &a.name, &opts).await?;
-            Ok(0)
+            let read = async {
+                if a.follow {
+                    objects::wait_started(&ctx, &a.name).await?;
+                }
+                match logs::print(&ctx.client, &ctx.namespace, &a.name, &opts).await {
+                    Ok(_) => Ok(0),
+                    Err(e) => Err(objects::explain_log_failure(&ctx, &a.name, e).await),
+                }
+            };
+            // `logs` is not `run --wait`: a process that never started is a plain failure (1).
+            read.await.map_err(|e| match e {
+                CliError::Process { name, error } => CliError::NoOutput { name, error },
+                e => e,
+            })
         }
         Command::Kill(a) => {
             let signal = a.signal.as_deref().map(signals::parse).transpose()?;

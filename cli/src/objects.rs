@@ -5,7 +5,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client, Resource, ResourceExt};
-use sandbox_api::crd::{EnvVar, Phase, SandboxProcess, SandboxProcessStatus};
+use sandbox_api::crd::{EnvVar, Phase, ProcessError, SandboxProcess, SandboxProcessStatus};
 use sandbox_api::wire::ProcessRecord;
 use serde::Serialize;
 
@@ -162,22 +162,58 @@ pub async fn run(
         split: true,
         ..Default::default()
     };
-    logs::print(&ctx.client, &ctx.namespace, &name, &opts).await?;
+    if let Err(e) = logs::print(&ctx.client, &ctx.namespace, &name, &opts).await {
+        return Err(explain_log_failure(ctx, &name, e).await);
+    }
     let done = until(ctx, &name, None, "end", is_final).await?;
     exit_code(&done)
 }
 
-/// Waits until the process was started somewhere (so it has output to read); a process that
-/// could not start is an error with its reason.
-pub async fn wait_started(ctx: &Ctx, name: &str) -> Result<(), CliError> {
-    let o = until(ctx, name, None, "start", |o| {
-        status(o).node_name.is_some() || is_final(o)
-    })
-    .await?;
-    if status(&o).node_name.is_none() {
-        exit_code(&o)?;
+/// Whether the operator has started the process (`status.podUID` is set then): only a started
+/// process has output to read.
+fn is_started(o: &SandboxProcess) -> bool {
+    status(o).pod_uid.is_some()
+}
+
+/// The error of a process that ended without ever being started (`ContainerNotFound`,
+/// `ProcessSpawnFailed`, `InvalidProcessCwd`, ...): there is no output, only `status.error`.
+pub fn never_started(o: &SandboxProcess) -> Option<ProcessError> {
+    let s = status(o);
+    if s.pod_uid.is_some() || s.phase != Some(Phase::Error) {
+        return None;
     }
-    Ok(())
+    s.error
+}
+
+/// Waits until the process was started (so it has output to read); a process that could not
+/// start is [`CliError::Process`] with its `status.error` (exit 125).
+pub async fn wait_started(ctx: &Ctx, name: &str) -> Result<(), CliError> {
+    let o = until(ctx, name, None, "start", |o| is_started(o) || is_final(o)).await?;
+    match never_started(&o) {
+        Some(error) => Err(CliError::Process {
+            name: o.name_any(),
+            error,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A failed read of the output, explained by the object when the process never started: its
+/// `status.error` rather than the subresource's "no process" (exit 125 for `run --wait`).
+pub async fn explain_log_failure(ctx: &Ctx, name: &str, e: CliError) -> CliError {
+    if !matches!(e, CliError::Api(_) | CliError::StreamBroken(_)) {
+        return e;
+    }
+    match ctx.api().get_opt(name).await {
+        Ok(Some(o)) => match never_started(&o) {
+            Some(error) => CliError::Process {
+                name: o.name_any(),
+                error,
+            },
+            None => e,
+        },
+        _ => e,
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,12 +260,43 @@ pub async fn wait(
     Ok(0)
 }
 
+/// For a process that has already ended, what `kill` says instead of stopping or signalling it
+/// (nothing is changed then): `already exited (code N)`, with the signal when it was killed.
+pub fn already_ended(o: &SandboxProcess) -> Option<String> {
+    let s = status(o);
+    match s.phase? {
+        Phase::Exited => Some(match (&s.exit, s.end_reason) {
+            (Some(e), _) => match e.signal {
+                Some(sig) => format!("already exited (code {}, signal {sig})", e.code),
+                None => format!("already exited (code {})", e.code),
+            },
+            (None, Some(r)) => format!("already ended ({r}) without running"),
+            (None, None) => "already ended".to_string(),
+        }),
+        Phase::Error => Some(match &s.error {
+            Some(e) => format!("already ended: {}: {}", e.code.as_str(), e.message),
+            None => "already ended (phase Error)".to_string(),
+        }),
+        Phase::Pending | Phase::Running => None,
+    }
+}
+
+/// Stops the process (`spec.stop`) or sends one signal; a process that has already ended is left
+/// as it is (no patch, no signal), reported with its exit, and that is a success.
 pub async fn kill(
     ctx: &Ctx,
     name: &str,
     signal: Option<i32>,
     output: Option<&str>,
 ) -> Result<(), CliError> {
+    let current = ctx.api().get(name).await?;
+    if let Some(said) = already_ended(&current) {
+        match output {
+            Some(f) => print_object(&current, f)?,
+            None => println!("{} {said}; nothing sent", kind_name(name)),
+        }
+        return Ok(());
+    }
     let Some(sig) = signal else {
         let patch = serde_json::json!({"spec": {"stop": true}});
         let o = ctx
@@ -402,6 +469,85 @@ mod tests {
             &cols[..7],
             ["ns", "p", "web", "Exited", "False", "3", "Exited"]
         );
+    }
+
+    fn object(status: serde_json::Value) -> SandboxProcess {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"}, "spec": {"podName": "w", "command": ["x"]},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_process_that_never_started_is_its_status_error() {
+        // Refused by the agent: the node is known (from the pod), the process never started.
+        let o = object(serde_json::json!({"phase": "Error", "nodeName": "n1",
+            "error": {"code": "ProcessSpawnFailed", "message": "exec \"nope\": not found"}}));
+        assert!(!is_started(&o));
+        let error = never_started(&o).expect("never started");
+        let e = CliError::Process {
+            name: "p".into(),
+            error: error.clone(),
+        };
+        assert_eq!(e.exit_code(), 125, "run --wait");
+        assert_eq!(
+            e.to_string(),
+            "sandboxprocess p failed: ProcessSpawnFailed: exec \"nope\": not found"
+        );
+        let e = CliError::NoOutput {
+            name: "p".into(),
+            error,
+        };
+        assert_eq!(e.exit_code(), 1, "logs");
+        assert!(
+            e.to_string()
+                .contains("could not start: ProcessSpawnFailed: exec"),
+            "{e}"
+        );
+        for code in ["ContainerNotFound", "InvalidProcessCwd"] {
+            let o = object(serde_json::json!({"phase": "Error",
+                "error": {"code": code, "message": "m"}}));
+            assert_eq!(never_started(&o).unwrap().code.as_str(), code);
+        }
+        // Started, then lost: its output may be readable; not a start failure.
+        let lost = object(
+            serde_json::json!({"phase": "Error", "nodeName": "n1", "podUID": "u",
+            "error": {"code": "ProcessLost", "message": "gone"}}),
+        );
+        assert!(is_started(&lost) && never_started(&lost).is_none());
+        // Pending on a scheduled pod: not started yet, and no error either.
+        let pending = object(serde_json::json!({"phase": "Pending", "nodeName": "n1"}));
+        assert!(!is_started(&pending) && never_started(&pending).is_none());
+    }
+
+    #[test]
+    fn kill_leaves_an_ended_process_alone() {
+        let said = |v: serde_json::Value| already_ended(&object(v));
+        assert_eq!(
+            said(serde_json::json!({"phase": "Exited", "exit": {"code": 3}})).as_deref(),
+            Some("already exited (code 3)")
+        );
+        assert_eq!(
+            said(serde_json::json!({"phase": "Exited", "exit": {"code": 143, "signal": 15}}))
+                .as_deref(),
+            Some("already exited (code 143, signal 15)")
+        );
+        assert_eq!(
+            said(serde_json::json!({"phase": "Error",
+                "error": {"code": "ContainerNotFound", "message": "no container x"}}))
+            .as_deref(),
+            Some("already ended: ContainerNotFound: no container x")
+        );
+        assert!(
+            said(serde_json::json!({"phase": "Exited", "endReason": "Stopped"}))
+                .unwrap()
+                .starts_with("already ended (Stopped)")
+        );
+        for running in ["Running", "Pending"] {
+            assert_eq!(said(serde_json::json!({"phase": running})), None);
+        }
+        assert_eq!(said(serde_json::json!({})), None, "no status yet");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What a process needs to know about its pod: the target container (explicit, else the
-//! `kubectl.kubernetes.io/default-container` annotation, else the first container), whether it
-//! runs, and where.
+//! `kubectl.kubernetes.io/default-container` annotation when it names one of the pod's
+//! containers, else the first container, as kubectl does), whether it runs, and where.
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::status::{ContainerFacts, PodFacts, PodPhase};
@@ -12,20 +12,18 @@ pub fn target_container(pod: &Pod, explicit: Option<&str>) -> Option<String> {
     if let Some(c) = explicit {
         return Some(c.to_string());
     }
+    let containers = &pod.spec.as_ref()?.containers;
+    // An annotation naming no container of the pod (a typo, an init container) is ignored.
     if let Some(c) = pod
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(DEFAULT_CONTAINER_ANNOTATION))
-        .filter(|c| !c.is_empty())
+        .filter(|c| containers.iter().any(|k| &k.name == *c))
     {
         return Some(c.clone());
     }
-    pod.spec
-        .as_ref()?
-        .containers
-        .first()
-        .map(|c| c.name.clone())
+    containers.first().map(|c| c.name.clone())
 }
 
 pub fn facts(pod: &Pod, explicit_container: Option<&str>) -> PodFacts {
@@ -40,6 +38,8 @@ pub fn facts(pod: &Pod, explicit_container: Option<&str>) -> PodFacts {
             .and_then(|c| c.state.as_ref())
             .is_some_and(|st| st.running.is_some());
         ContainerFacts::Found { name, running }
+    } else if spec.is_some_and(|s| s.init_containers.iter().flatten().any(|c| c.name == name)) {
+        ContainerFacts::InitContainer { name }
     } else {
         ContainerFacts::NotInSpec { name }
     };
@@ -92,6 +92,41 @@ mod tests {
                 .collect(),
         );
         assert_eq!(target_container(&p, None).as_deref(), Some("b"));
+        // Naming no container of the pod: the first one, as kubectl does.
+        for missing in ["nope", "init", ""] {
+            p.metadata.annotations = Some(
+                [(
+                    DEFAULT_CONTAINER_ANNOTATION.to_string(),
+                    missing.to_string(),
+                )]
+                .into_iter()
+                .collect(),
+            );
+            assert_eq!(
+                target_container(&p, None).as_deref(),
+                Some("a"),
+                "{missing:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_init_container_is_told_apart() {
+        let mut p = web();
+        p.spec.as_mut().unwrap().init_containers = Some(vec![serde_json::from_value(
+            serde_json::json!({"name": "init"}),
+        )
+        .unwrap()]);
+        assert_eq!(
+            facts(&p, Some("init")).container,
+            ContainerFacts::InitContainer {
+                name: "init".into()
+            }
+        );
+        assert_eq!(
+            facts(&p, Some("zzz")).container,
+            ContainerFacts::NotInSpec { name: "zzz".into() }
+        );
     }
 
     #[test]

@@ -53,6 +53,8 @@ impl PodPhase {
 pub enum ContainerFacts {
     /// No container of that name in the pod spec.
     NotInSpec { name: String },
+    /// An init container: processes run only in the pod's regular containers.
+    InitContainer { name: String },
     Found {
         name: String,
         /// Its status says `running`.
@@ -343,6 +345,18 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
     }
 }
 
+/// The error code of a spec the API server let through: the one the agent would give for the
+/// same mistake (environment, working directory), else `ProcessSpawnFailed`.
+fn invalid_spec_code(inv: &Invalid) -> ErrorCode {
+    if inv.field.starts_with("env") {
+        ErrorCode::InvalidProcessEnvironment
+    } else if inv.field == "workingDir" {
+        ErrorCode::InvalidProcessCwd
+    } else {
+        ErrorCode::ProcessSpawnFailed
+    }
+}
+
 fn elapsed(since: &Time, now: &Time) -> Duration {
     Duration::from_secs(now.0.as_second().saturating_sub(since.0.as_second()).max(0) as u64)
 }
@@ -380,10 +394,7 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
         )
     };
     if let Some(inv) = f.invalid {
-        return error(
-            ErrorCode::ProcessSpawnFailed,
-            format!("invalid spec: {inv}"),
-        );
+        return error(invalid_spec_code(inv), format!("invalid spec: {inv}"));
     }
     if f.spec.stop {
         let message = "stop was requested before the process started; it was never started";
@@ -410,6 +421,15 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
             return error(
                 ErrorCode::ContainerNotFound,
                 format!("pod {} has no container {name:?}", f.spec.pod_name),
+            )
+        }
+        ContainerFacts::InitContainer { name } => {
+            return error(
+                ErrorCode::ContainerNotFound,
+                format!(
+                    "container {name:?} of pod {} is an init container; a process runs only in one of the pod's containers",
+                    f.spec.pod_name
+                ),
             )
         }
         ContainerFacts::Found { name, running } => (name.as_str(), *running),

@@ -100,6 +100,12 @@ pub fn build_process(container_spec: &Value, req: &StartRequest) -> Result<Value
             reason: "must be an absolute path".into(),
         });
     }
+    if under_proc(&cwd) {
+        return Err(AgentError::InvalidProcessCwd {
+            cwd,
+            reason: MAGIC_LINKS.into(),
+        });
+    }
     obj.insert("args".into(), json!(req.command));
     obj.insert("env".into(), json!(merge_env(&base_env, &req.env)));
     obj.insert("cwd".into(), json!(cwd));
@@ -108,6 +114,23 @@ pub fn build_process(container_spec: &Value, req: &StartRequest) -> Result<Value
     // Pod-level "user" may have been given as a name only; runc needs numeric ids (present in
     // specs produced by CRI runtimes), so leave it untouched.
     Ok(process)
+}
+
+const MAGIC_LINKS: &str = "procfs paths are not allowed: /proc holds magic links (/proc/self/cwd, /proc/N/root, ...) that point outside the container's filesystem";
+
+/// Whether an absolute path names `/proc` or something under it, `.` and `..` applied.
+fn under_proc(path: &str) -> bool {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    parts.first() == Some(&"proc")
 }
 
 pub fn process_env_path(process: &Value) -> String {
@@ -150,6 +173,13 @@ pub fn precheck_in_root(root: &Path, process: &Value) -> Result<(), AgentError> 
             return Err(AgentError::InvalidProcessCwd {
                 cwd: cwd.into(),
                 reason: e.to_string(),
+            })
+        }
+        // RESOLVE_NO_MAGICLINKS: a symlink to a procfs magic link, or a symlink loop.
+        Err(nix::errno::Errno::ELOOP) => {
+            return Err(AgentError::InvalidProcessCwd {
+                cwd: cwd.into(),
+                reason: "the path goes through a magic link or a symlink loop; magic links (procfs) are not allowed".into(),
             })
         }
         Err(e) => {
@@ -253,6 +283,28 @@ mod tests {
                 sandbox_api::wire::ErrorCode::InvalidProcessEnvironment
             );
             assert!(err.to_string().contains(frag), "{err}");
+        }
+    }
+
+    #[test]
+    fn procfs_cwd_is_refused_as_magic_links() {
+        for cwd in [
+            "/proc",
+            "/proc/self/cwd",
+            "/proc/1/root",
+            "/tmp/../proc/self",
+            "//proc/./1",
+        ] {
+            let mut r = req(vec![]);
+            r.working_dir = Some(cwd.into());
+            let err = build_process(&json!({"process": {}}), &r).unwrap_err();
+            assert_eq!(err.code(), sandbox_api::wire::ErrorCode::InvalidProcessCwd);
+            assert!(err.to_string().contains("magic links"), "{cwd}: {err}");
+        }
+        for fine in ["/procs", "/srv/proc", "/"] {
+            let mut r = req(vec![]);
+            r.working_dir = Some(fine.into());
+            assert!(build_process(&json!({"process": {}}), &r).is_ok(), "{fine}");
         }
     }
 

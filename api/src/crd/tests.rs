@@ -246,6 +246,14 @@ fn cel_rejects_bad_specs_with_clear_messages() {
             "podName: web\ncommand: [x]\nenv: [{name: 'A=B', value: c}]\n",
             "env name must not contain '='",
         ),
+        (
+            "podName: web\ncommand: [x]\nenv: [{name: A, value: \"x\\0y\"}]\n",
+            "env value must not contain a NUL character",
+        ),
+        (
+            "podName: web\ncommand: [x]\nenv: [{name: \"A\\0\", value: y}]\n",
+            "env name must not contain a NUL character",
+        ),
     ];
     for (yaml, message) in cases {
         let err = cel_create(spec(yaml)).expect_err(yaml);

@@ -189,6 +189,20 @@ fn container_not_in_pod_spec_is_error_container_not_found() {
     assert_eq!(cond(&s, condition::STALLED).status, "True");
     assert_eq!(cond(&s, condition::SUCCEEDED).status, "False");
     assert!(is_final(&s));
+
+    // An init container: said so, not "no container".
+    let mut p = pod("pod-1");
+    p.container = ContainerFacts::InitContainer {
+        name: "setup".into(),
+    };
+    let s = Case::new().pod(Some(p)).run();
+    let e = s.error.as_ref().unwrap();
+    assert_eq!(e.code, ErrorCode::ContainerNotFound);
+    assert!(
+        e.message.contains("\"setup\"") && e.message.contains("is an init container"),
+        "{}",
+        e.message
+    );
 }
 
 #[test]
@@ -251,27 +265,34 @@ fn start_retried_stays_pending() {
 #[test]
 fn invalid_spec_is_error_naming_the_field() {
     let spec = spec();
-    let invalid = Invalid {
-        field: "readiness.logMatch.pattern".into(),
-        message: "unclosed group".into(),
+    let run = |field: &str, message: &str| {
+        let invalid = Invalid {
+            field: field.into(),
+            message: message.into(),
+        };
+        compute(&Facts {
+            generation: Some(1),
+            spec: &spec,
+            prev: &SandboxProcessStatus::default(),
+            pod: None,
+            agent: &AgentView::NotAsked,
+            invalid: Some(&invalid),
+            now: t(0),
+            agent_grace: GRACE,
+            output_due: true,
+        })
     };
-    let s = compute(&Facts {
-        generation: Some(1),
-        spec: &spec,
-        prev: &SandboxProcessStatus::default(),
-        pod: None,
-        agent: &AgentView::NotAsked,
-        invalid: Some(&invalid),
-        now: t(0),
-        agent_grace: GRACE,
-        output_due: true,
-    });
+    let s = run("readiness.logMatch.pattern", "unclosed group");
     assert_eq!(s.phase, Some(Phase::Error));
-    assert!(s
-        .error
-        .unwrap()
-        .message
-        .contains("spec.readiness.logMatch.pattern"));
+    let e = s.error.unwrap();
+    assert_eq!(e.code, ErrorCode::ProcessSpawnFailed);
+    assert!(e.message.contains("spec.readiness.logMatch.pattern"));
+    // The code the agent gives for the same mistake.
+    let e = run("env[0]", "must not contain NUL").error.unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidProcessEnvironment);
+    assert!(e.message.contains("spec.env[0]"), "{}", e.message);
+    let e = run("workingDir", "must be an absolute path").error.unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidProcessCwd);
 }
 
 #[test]

@@ -31,7 +31,7 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use sandbox_api::crd::{SandboxProcess, GROUP};
+use sandbox_api::crd::{SandboxProcess, SandboxProcessStatus, GROUP};
 use sandbox_api::wire::{ErrorCode, LogQuery, LogStream};
 use serde::Deserialize;
 use serde_json::json;
@@ -251,6 +251,27 @@ async fn authorize(
     }
 }
 
+/// Why there is no process to read or signal: not started yet, or never started (the object's
+/// `status.error`, which names the cause). `None` once the process was started.
+fn not_started(name: &str, status: &SandboxProcessStatus) -> Option<SubresourceError> {
+    if status.pod_uid.is_some() && status.node_name.is_some() {
+        return None;
+    }
+    let phase = status.phase.map(|p| p.to_string());
+    Some(SubresourceError::BadRequest(match &status.error {
+        Some(e) => format!(
+            "sandboxprocess \"{name}\" could not start a process (phase {}): {}: {}",
+            phase.as_deref().unwrap_or("unset"),
+            e.code.as_str(),
+            e.message
+        ),
+        None => format!(
+            "sandboxprocess \"{name}\" has not started a process (phase {})",
+            phase.as_deref().unwrap_or("unset")
+        ),
+    }))
+}
+
 /// The object, the agent serving its node and the process's exec id.
 async fn locate(server: &Server, namespace: &str, name: &str) -> Result<(String, String)> {
     let sbp = Api::<SandboxProcess>::namespaced(server.client.clone(), namespace)
@@ -261,17 +282,10 @@ async fn locate(server: &Server, namespace: &str, name: &str) -> Result<(String,
             SubresourceError::NotFound(format!("sandboxprocesses.{GROUP} \"{name}\" not found"))
         })?;
     let status = sbp.status.clone().unwrap_or_default();
-    let Some(node) = status.node_name.clone() else {
-        let phase = status.phase.map(|p| p.to_string());
-        let why = status
-            .error
-            .map(|e| format!(" ({}: {})", e.code.as_str(), e.message))
-            .unwrap_or_default();
-        return Err(SubresourceError::BadRequest(format!(
-            "sandboxprocess \"{name}\" has not started a process (phase {}){why}",
-            phase.as_deref().unwrap_or("unset")
-        )));
-    };
+    if let Some(e) = not_started(name, &status) {
+        return Err(e);
+    }
+    let node = status.node_name.clone().unwrap_or_default();
     let uid = sbp.metadata.uid.clone().unwrap_or_default();
     let url = agent_url(server, &node).await?;
     Ok((url, uid))
@@ -461,6 +475,36 @@ mod tests {
         }
         let q = LogParams::default().query().unwrap();
         assert_eq!(q, LogQuery::default());
+    }
+
+    #[test]
+    fn a_process_that_never_started_is_named_by_its_error() {
+        let st =
+            |v: serde_json::Value| -> SandboxProcessStatus { serde_json::from_value(v).unwrap() };
+        // Refused by the agent: the pod's node is known, but nothing was started there.
+        let e = not_started(
+            "p",
+            &st(json!({"phase": "Error", "nodeName": "n1",
+                "error": {"code": "ProcessSpawnFailed", "message": "exec \"nope\": not found"}})),
+        )
+        .expect("not started")
+        .to_string();
+        assert_eq!(
+            e,
+            "sandboxprocess \"p\" could not start a process (phase Error): ProcessSpawnFailed: exec \"nope\": not found"
+        );
+        let e = not_started("p", &st(json!({"phase": "Pending", "nodeName": "n1"})))
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("has not started a process (phase Pending)"),
+            "{e}"
+        );
+        assert!(not_started(
+            "p",
+            &st(json!({"phase": "Running", "nodeName": "n1", "podUID": "u"}))
+        )
+        .is_none());
     }
 
     #[test]
