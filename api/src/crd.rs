@@ -145,12 +145,14 @@ fn default_grace() -> i64 {
 /// One environment variable.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct EnvVar {
+    /// Variable name: 1–256 characters, no `=` and no NUL; unique within `env`.
     #[schemars(length(min = 1, max = 256))]
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "!self.contains('=')", "message": "env name must not contain '='"},
         {"rule": "!self.contains('\\u0000')", "message": "env name must not contain a NUL character"}
     ]))]
     pub name: String,
+    /// Value, verbatim (no `$(VAR)` expansion): up to 32768 characters, no NUL. Default "".
     #[serde(default)]
     #[schemars(length(max = 32768))]
     #[schemars(extend("x-kubernetes-validations" = [
@@ -192,14 +194,18 @@ fn default_period() -> i64 {
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct TcpSocketProbe {
+    /// TCP port (1–65535), connected to inside the pod's network namespace (a listener on
+    /// 127.0.0.1 counts).
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct HttpGetProbe {
+    /// TCP port (1–65535) of the HTTP server, inside the pod's network namespace.
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
+    /// Request path, starting with `/`. Default `/`.
     #[serde(default = "default_path")]
     #[schemars(length(min = 1, max = 2048))]
     #[schemars(extend("x-kubernetes-validations" = [
@@ -220,8 +226,10 @@ fn default_path() -> String {
     {"rule": "self.min <= self.max", "message": "status.min must not exceed status.max"}
 ]))]
 pub struct StatusRange {
+    /// Lowest accepted HTTP status code (100–599, ≤ `max`).
     #[schemars(range(min = 100, max = 599))]
     pub min: i32,
+    /// Highest accepted HTTP status code (100–599, ≥ `min`).
     #[schemars(range(min = 100, max = 599))]
     pub max: i32,
 }
@@ -237,6 +245,7 @@ pub struct LogMatchProbe {
     /// Regular expression matched against each line.
     #[schemars(length(min = 1, max = 1024))]
     pub pattern: String,
+    /// Output matched: `Stdout`, `Stderr` or `Both` (default).
     #[serde(default)]
     pub stream: LogStream,
 }
@@ -256,6 +265,8 @@ pub struct SandboxProcessStatus {
     /// `metadata.generation` this status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `Pending` (not started yet), `Running`, `Exited` (ended; see `exit` and `endReason`) or
+    /// `Error` (see `error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
     /// Node of the pod the process was started in.
@@ -272,19 +283,27 @@ pub struct SandboxProcessStatus {
     /// PID as seen inside the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<i32>,
+    /// When the process started (whole seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// When the process ended, or the start failed for good (whole seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
+    /// When the process became ready (whole seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_at: Option<Time>,
+    /// How the process ended: its exit code (128+signal when a signal killed it), the signal,
+    /// and whether `timeoutSeconds` expired. Set only when the process really exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitStatus>,
+    /// Why the process ended: `Exited` (on its own), `Signaled`, `TimedOut`, `Stopped`,
+    /// `OOMKilled`, `ContainerExited`, `PodReplaced`, `PodDeleted` or `Lost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_reason: Option<EndReason>,
     /// Set when `phase` is `Error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ProcessError>,
+    /// Output counters and the last ≤ 2 KiB (refreshed at most every 5 s while running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputStatus>,
     /// `Ready`, `Succeeded`, `Reconciling`, `Stalled` (kstatus-compatible).
@@ -328,6 +347,7 @@ pub struct ExitStatus {
     /// The signal that killed the process, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
+    /// `true` when the process was stopped because `timeoutSeconds` expired.
     #[serde(default)]
     pub timed_out: bool,
 }
@@ -369,7 +389,9 @@ impl fmt::Display for EndReason {
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct ProcessError {
+    /// Why the process could not run or was lost (a machine-readable code).
     pub code: ErrorCode,
+    /// What happened, for people; names the offending field when the spec was the cause.
     pub message: String,
 }
 
@@ -433,7 +455,9 @@ impl fmt::Display for ErrorCode {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OutputStatus {
+    /// Bytes written to stdout so far (all of them, also those no longer retained).
     pub stdout_bytes: i64,
+    /// Bytes written to stderr so far (all of them, also those no longer retained).
     pub stderr_bytes: i64,
     /// Last ≤ 2 KiB of combined output (UTF-8, lossy).
     #[serde(default)]
