@@ -23,7 +23,8 @@ fn committed_crd_matches_crdgen() {
 /// would print an empty DESCRIPTION.
 #[test]
 fn every_field_has_a_description() {
-    let crd: serde_json::Value = serde_yaml_ng::from_str(&sandbox_operator::crdgen::yaml()).unwrap();
+    let crd: serde_json::Value =
+        serde_yaml_ng::from_str(&sandbox_operator::crdgen::yaml()).unwrap();
     let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
     let mut missing = Vec::new();
     for top in ["spec", "status"] {
