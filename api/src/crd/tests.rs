@@ -174,6 +174,23 @@ fn pure_validation_names_the_field() {
             "readiness.logMatch.pattern",
         ),
         ("podName: ''\ncommand: [x]\n", "podName"),
+        // Every duration is bounded: i64::MAX once overflowed the supervisor's deadlines.
+        (
+            "podName: web\ncommand: [x]\ntimeoutSeconds: 9223372036854775807\n",
+            "timeoutSeconds",
+        ),
+        (
+            "podName: web\ncommand: [x]\nterminationGracePeriodSeconds: 2147483648\n",
+            "terminationGracePeriodSeconds",
+        ),
+        (
+            "podName: web\ncommand: [x]\nttlSecondsAfterFinished: 9223372036854775807\n",
+            "ttlSecondsAfterFinished",
+        ),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {tcpSocket: {port: 1}, timeoutSeconds: 9223372036854775807}\n",
+            "readiness.timeoutSeconds",
+        ),
     ];
     for (yaml, field) in cases {
         let err = spec(yaml).validate().expect_err(yaml);
@@ -181,6 +198,8 @@ fn pure_validation_names_the_field() {
         assert!(err.to_string().starts_with(&format!("spec.{field}: ")));
     }
     assert!(minimal().validate().is_ok());
+    let at_bound = "podName: web\ncommand: [x]\ntimeoutSeconds: 2147483647\nterminationGracePeriodSeconds: 2147483647\nttlSecondsAfterFinished: 2147483647\n";
+    assert!(spec(at_bound).validate().is_ok());
 }
 
 #[test]
