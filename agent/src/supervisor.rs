@@ -769,6 +769,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn deadlines_too_far_are_none_not_a_panic() {
+        let now = Instant::now();
+        assert_eq!(after(now, u64::MAX), None);
+        assert!(after(now, i32::MAX as u64).is_some_and(|t| t > now));
+        assert_eq!(after(now, 0), Some(now));
+    }
+
+    #[test]
     fn classifies_runc_messages() {
         assert_eq!(
             classify_runtime_error("exec failed: unable to start container process: chdir to cwd (\"/nope\") set in config.json failed: no such file or directory"),
