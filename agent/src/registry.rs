@@ -25,6 +25,9 @@ use crate::spawn::{self, SpawnConfig};
 use crate::supervisor::{valid_signal, Control, SupervisorIdentity};
 
 /// How long a start waits for the supervisor to report Running or Error.
+/// The API's bound on every duration ([`sandbox_api::wire::MAX_SECONDS`]), enforced again at the
+/// agent's door: the agent serves whoever holds the operator's token, not only the API server.
+const MAX_SECONDS: u64 = sandbox_api::wire::MAX_SECONDS as u64;
 const START_WAIT: Duration = Duration::from_secs(30);
 
 pub struct Config {
@@ -385,9 +388,15 @@ impl Registry {
                     "signal {signal}: must be 1-64"
                 )));
             }
+            let grace_seconds = req.grace_seconds.unwrap_or(launch.request.grace_seconds);
+            if grace_seconds > MAX_SECONDS {
+                return Err(AgentError::InvalidRequest(format!(
+                    "graceSeconds {grace_seconds}: must be at most {MAX_SECONDS}"
+                )));
+            }
             Control::Stop {
                 signal,
-                grace_seconds: req.grace_seconds.unwrap_or(launch.request.grace_seconds),
+                grace_seconds,
             }
         } else {
             let signal = req.signal.ok_or_else(|| {
@@ -424,7 +433,9 @@ impl Registry {
                 },
             )
             .await;
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(grace + 10);
+            // Saturating: a record written before the bound existed may carry any grace.
+            let wait = Duration::from_secs(grace.min(MAX_SECONDS).saturating_add(10));
+            let deadline = tokio::time::Instant::now() + wait;
             while !self.get(id.as_str()).map(|r| r.is_final()).unwrap_or(true) {
                 if tokio::time::Instant::now() >= deadline {
                     return Err(AgentError::OperationInterrupted(format!(
@@ -472,6 +483,18 @@ pub fn validate(req: &StartRequest) -> Result<(), AgentError> {
     if req.timeout_seconds == Some(0) {
         return bad("timeoutSeconds: must be at least 1".into());
     }
+    for (field, v) in [
+        ("timeoutSeconds", req.timeout_seconds),
+        ("graceSeconds", Some(req.grace_seconds)),
+        (
+            "readiness.timeoutSeconds",
+            req.readiness.as_ref().and_then(|r| r.timeout_seconds),
+        ),
+    ] {
+        if let Some(v) = v.filter(|&v| v > MAX_SECONDS) {
+            return bad(format!("{field} {v}: must be at most {MAX_SECONDS}"));
+        }
+    }
     if !valid_signal(req.stop_signal) {
         return bad(format!("stopSignal {}: must be 1-64", req.stop_signal));
     }
@@ -500,8 +523,11 @@ pub fn validate(req: &StartRequest) -> Result<(), AgentError> {
             }
             _ => {}
         }
-        if r.period_millis == 0 {
-            return bad("readiness.periodMillis: must be at least 1".into());
+        if !(10..=3_600_000).contains(&r.period_millis) {
+            return bad(format!(
+                "readiness.periodMillis {}: must be 10-3600000",
+                r.period_millis
+            ));
         }
     }
     Ok(())

@@ -124,6 +124,8 @@ struct Supervisor {
     exited_at: Option<Instant>,
     timeout_at: Option<Instant>,
     kill_at: Option<Instant>,
+    /// A stop sequence has begun (its SIGKILL may have no deadline: see `after`).
+    stopping: bool,
     timed_out: bool,
     stop_requested: bool,
     matcher: Option<LogMatcher>,
@@ -195,6 +197,7 @@ impl Supervisor {
             exited_at: None,
             timeout_at: None,
             kill_at: None,
+            stopping: false,
             timed_out: false,
             stop_requested: false,
             matcher,
@@ -306,9 +309,9 @@ impl Supervisor {
         self.rec.phase = Phase::Running;
         self.rec.started_at = Some(rfc3339(now_nanos()));
         let req = self.spec.request.clone();
-        self.timeout_at = req.timeout_seconds.map(|t| now + Duration::from_secs(t));
+        self.timeout_at = req.timeout_seconds.and_then(|t| after(now, t));
         if let Some(r) = &req.readiness {
-            self.readiness_deadline = r.timeout_seconds.map(|t| now + Duration::from_secs(t));
+            self.readiness_deadline = r.timeout_seconds.and_then(|t| after(now, t));
             if !matches!(r.probe, ProbeKind::LogMatch { .. }) {
                 let (pr, pw) = pipe2(OFlag::O_CLOEXEC)?;
                 let netns = format!("/proc/{}/ns/net", self.spec.container_pid);
@@ -352,11 +355,13 @@ impl Supervisor {
     }
 
     fn begin_stop(&mut self, signal: i32, grace: u64) -> std::io::Result<()> {
-        if self.exit.is_some() || self.kill_at.is_some() {
+        if self.exit.is_some() || self.stopping {
             return Ok(()); // idempotent: already ended or already stopping
         }
         self.kill_group(signal)?;
-        self.kill_at = Some(Instant::now() + Duration::from_secs(grace));
+        // A grace too long to represent is "never": the stop signal stands alone, as asked.
+        self.kill_at = after(Instant::now(), grace);
+        self.stopping = true;
         if grace == 0 {
             self.kill_group(libc::SIGKILL)?;
         }
@@ -436,7 +441,7 @@ impl Supervisor {
             if Some(pid) == self.host_pid && self.exit.is_none() {
                 self.exit = Some(end);
                 self.exited_at = Some(Instant::now());
-                if self.kill_at.is_some() || self.timed_out {
+                if self.stopping || self.timed_out {
                     // Leader gone during a stop: finish the rest of the group now.
                     let _ = self.kill_group(libc::SIGKILL);
                 }
@@ -636,10 +641,7 @@ impl Supervisor {
             }
             let now = Instant::now();
             if self.exit.is_none() {
-                if !self.timed_out
-                    && self.kill_at.is_none()
-                    && self.timeout_at.is_some_and(|t| now >= t)
-                {
+                if !self.timed_out && !self.stopping && self.timeout_at.is_some_and(|t| now >= t) {
                     self.timed_out = true;
                     let (sig, grace) = (
                         self.spec.request.stop_signal,
@@ -648,7 +650,7 @@ impl Supervisor {
                     self.begin_stop(sig, grace)?;
                 } else if self.kill_at.is_some_and(|t| now >= t) {
                     self.kill_group(libc::SIGKILL)?;
-                    self.kill_at = Some(now + Duration::from_secs(3600));
+                    self.kill_at = after(now, 3600);
                 }
             }
             if self.matcher.is_some()
@@ -745,6 +747,13 @@ pub fn classify_runtime_error(msg: &str) -> ErrorCode {
     }
 }
 
+/// `now + secs`, or `None` when that instant cannot be represented (no deadline then): spec values
+/// are bounded by the API, but records and requests may come from elsewhere, and an overflow
+/// here would panic the supervisor and leave its process unsupervised.
+fn after(now: Instant, secs: u64) -> Option<Instant> {
+    now.checked_add(Duration::from_secs(secs))
+}
+
 /// `runc exec -d` can return while its pid is still runc's init, before the exec of the user's
 /// program; that Go code swallows signals it has no default for (SIGUSR1, the real-time ones), so
 /// a signal sent in that window would be lost. Running starts when the program runs.
@@ -758,6 +767,14 @@ fn wait_for_exec(pid: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deadlines_too_far_are_none_not_a_panic() {
+        let now = Instant::now();
+        assert_eq!(after(now, u64::MAX), None);
+        assert!(after(now, i32::MAX as u64).is_some_and(|t| t > now));
+        assert_eq!(after(now, 0), Some(now));
+    }
 
     #[test]
     fn classifies_runc_messages() {

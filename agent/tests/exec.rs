@@ -193,6 +193,55 @@ async fn realtime_signal_deaths_and_stops() {
     );
 }
 
+/// Durations beyond the API's bound (int32 seconds) are refused at the agent's door, naming the
+/// field; before, i64::MAX-sized ones overflowed the supervisor's deadlines (a panic, and the
+/// process left unsupervised) and the agent's forget wait (an abort of the whole agent).
+#[tokio::test]
+async fn durations_beyond_the_bound_are_refused_by_name() {
+    let f = fx();
+    let huge = u64::MAX / 2;
+    for (field, patch) in [
+        ("timeoutSeconds", json!({"timeoutSeconds": huge})),
+        ("graceSeconds", json!({"graceSeconds": huge})),
+        (
+            "readiness.timeoutSeconds",
+            json!({"readiness": {"probe": {"tcpSocket": {"port": 1}}, "timeoutSeconds": huge}}),
+        ),
+        (
+            "readiness.periodMillis",
+            json!({"readiness": {"probe": {"tcpSocket": {"port": 1}}, "periodMillis": huge}}),
+        ),
+    ] {
+        let mut body = serde_json::to_value(req(&f.ctr, &["true"])).unwrap();
+        body.as_object_mut()
+            .unwrap()
+            .extend(patch.as_object().unwrap().clone());
+        let (s, v) = f.agent.post("/v1/processes", &body).await;
+        assert_eq!(s, 400, "{field}: {v}");
+        assert!(v["message"].as_str().unwrap().contains(field), "{v}");
+    }
+    // At the bound it runs; a stop with a grace beyond it is refused, one at it is taken.
+    let mut q = req(&f.ctr, &["sh", "-c", "trap '' TERM; sleep 100"]);
+    q.timeout_seconds = Some(i32::MAX as u64);
+    q.grace_seconds = i32::MAX as u64;
+    let r = f.agent.start(&q).await.unwrap();
+    let path = format!("/v1/processes/{}/signal", r.exec_id);
+    let (s, v) = f
+        .agent
+        .post(&path, &json!({"stop": true, "graceSeconds": huge}))
+        .await;
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = f.agent.post(&path, &json!({"stop": true})).await;
+    assert_eq!(s, 200, "{v}");
+    // TERM is ignored and SIGKILL is 68 years away: still running, still supervised.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(f.agent.record(&r.exec_id).await.phase, Phase::Running);
+    let (s, v) = f.agent.post(&path, &json!({"signal": 9})).await;
+    assert_eq!(s, 200, "{v}");
+    let done = f.agent.wait_final(&r.exec_id, T).await;
+    assert_eq!(done.end_reason, Some(EndReason::Stopped), "{done:?}");
+}
+
 #[tokio::test]
 async fn timeout_kills_the_whole_group() {
     let f = fx();

@@ -28,6 +28,7 @@ pub const MAX_ARGS: usize = 1024;
 pub const MAX_ARG_LEN: usize = 32768;
 pub const MAX_ENV: usize = 256;
 pub const MAX_PATH_LEN: usize = 4096;
+pub use crate::wire::MAX_SECONDS;
 
 /// A process to run inside a container of a pod in the same namespace, as `kubectl exec` would.
 /// Everything except `stop` and `ttlSecondsAfterFinished` is immutable after creation.
@@ -104,9 +105,10 @@ pub struct SandboxProcessSpec {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub env: Vec<EnvVar>,
 
-    /// Lifetime in seconds; on expiry the process is stopped (`endReason: TimedOut`).
+    /// Lifetime in seconds (1–2147483647); on expiry the process is stopped
+    /// (`endReason: TimedOut`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 2147483647))]
     pub timeout_seconds: Option<i64>,
 
     /// When the process counts as ready. Without it, started = ready.
@@ -123,14 +125,14 @@ pub struct SandboxProcessSpec {
     #[schemars(range(min = 1, max = 64))]
     pub stop_signal: i32,
 
-    /// Seconds between the stop signal and SIGKILL.
+    /// Seconds between the stop signal and SIGKILL (0–2147483647).
     #[serde(default = "default_grace")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub termination_grace_period_seconds: i64,
 
-    /// Delete this object that many seconds after the process ended.
+    /// Delete this object that many seconds after the process ended (0–2147483647).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub ttl_seconds_after_finished: Option<i64>,
 }
 
@@ -182,9 +184,10 @@ pub struct ReadinessSpec {
     #[serde(default = "default_period")]
     #[schemars(range(min = 10, max = 3_600_000))]
     pub period_millis: i64,
-    /// Not ready by then → `Ready=False`, reason `ReadinessTimeout`; the process keeps running.
+    /// Seconds (1–2147483647): not ready by then → `Ready=False`, reason `ReadinessTimeout`;
+    /// the process keeps running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 2147483647))]
     pub timeout_seconds: Option<i64>,
 }
 
@@ -494,6 +497,15 @@ impl fmt::Display for Invalid {
 
 impl std::error::Error for Invalid {}
 
+/// A duration field: at least `min`, at most [`MAX_SECONDS`].
+fn seconds(field: &str, value: Option<i64>, min: i64) -> Result<(), Invalid> {
+    match value {
+        Some(v) if v < min => Err(invalid(field, format!("must be at least {min}"))),
+        Some(v) if v > MAX_SECONDS => Err(invalid(field, format!("must be at most {MAX_SECONDS}"))),
+        _ => Ok(()),
+    }
+}
+
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {
     Invalid {
         field: field.into(),
@@ -548,21 +560,20 @@ impl SandboxProcessSpec {
         if self.command.iter().any(|a| a.contains('\0')) {
             return Err(invalid("command", "must not contain NUL"));
         }
-        if matches!(self.timeout_seconds, Some(t) if t < 1) {
-            return Err(invalid("timeoutSeconds", "must be at least 1"));
-        }
+        seconds("timeoutSeconds", self.timeout_seconds, 1)?;
         if !(1..=64).contains(&self.stop_signal) {
             return Err(invalid("stopSignal", "must be 1-64"));
         }
-        if self.termination_grace_period_seconds < 0 {
-            return Err(invalid(
-                "terminationGracePeriodSeconds",
-                "must be at least 0",
-            ));
-        }
-        if matches!(self.ttl_seconds_after_finished, Some(t) if t < 0) {
-            return Err(invalid("ttlSecondsAfterFinished", "must be at least 0"));
-        }
+        seconds(
+            "terminationGracePeriodSeconds",
+            Some(self.termination_grace_period_seconds),
+            0,
+        )?;
+        seconds(
+            "ttlSecondsAfterFinished",
+            self.ttl_seconds_after_finished,
+            0,
+        )?;
         if let Some(r) = &self.readiness {
             r.validate()?;
         }
@@ -612,9 +623,7 @@ impl ReadinessSpec {
         if !(10..=3_600_000).contains(&self.period_millis) {
             return Err(invalid("readiness.periodMillis", "must be 10-3600000"));
         }
-        if matches!(self.timeout_seconds, Some(t) if t < 1) {
-            return Err(invalid("readiness.timeoutSeconds", "must be at least 1"));
-        }
+        seconds("readiness.timeoutSeconds", self.timeout_seconds, 1)?;
         if let Some(t) = &self.tcp_socket {
             check_port("readiness.tcpSocket.port", t.port)?;
         }

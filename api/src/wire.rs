@@ -12,6 +12,12 @@
 //! Errors come back as a non-2xx status with an [`ApiError`] body.
 use serde::{Deserialize, Serialize};
 
+/// Upper bound of every duration in seconds (`timeoutSeconds`, `terminationGracePeriodSeconds`,
+/// `ttlSecondsAfterFinished`, `readiness.timeoutSeconds`, the agent's `graceSeconds`): int32, like
+/// a Job's. About 68 years, far below what a monotonic clock plus a duration can overflow, so no
+/// spec value can crash a deadline computation.
+pub const MAX_SECONDS: i64 = i32::MAX as i64;
+
 /// Stable error codes; the operator copies them into `status.error.code`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ErrorCode {

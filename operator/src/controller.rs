@@ -36,6 +36,14 @@ pub const OUTPUT_REFRESH: Duration = Duration::from_secs(5);
 /// A delete whose process cannot be stopped (agent unreachable, node still there) is let go
 /// after this long, so objects never hang in deletion.
 pub const CLEANUP_GIVE_UP: Duration = Duration::from_secs(120);
+/// The longest any reconcile waits before it looks again by itself.
+pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
+
+/// When to look again for a TTL `left` away. Clamped: kube-runtime's delay queue panics beyond
+/// ~795 days (kube-rs issue 1772; clamped there too since 5.0, but not ours to rely on).
+fn ttl_requeue(left: Duration) -> Action {
+    Action::requeue(left.saturating_add(Duration::from_secs(1)).min(MAX_REQUEUE))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -259,7 +267,9 @@ async fn apply(
                 }
                 Ok(Action::await_change())
             }
-            Some(d) => Ok(Action::requeue(d + Duration::from_secs(1))),
+            // Clamped: kube-runtime's delay queue panics beyond ~795 days (kube-rs issue 1772,
+            // clamped there too since 5.0, but not ours to rely on); look again within the hour.
+            Some(d) => Ok(ttl_requeue(d)),
             None => Ok(Action::await_change()),
         };
     }
@@ -668,6 +678,32 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A TTL of years (an object written before the schema bound, or at the bound: 68 years)
+    /// requeues within the hour, never beyond what the delay queue can hold.
+    #[test]
+    fn ttl_requeues_are_clamped() {
+        let years = status::ttl_remaining(
+            &serde_json::from_value(serde_json::json!({
+                "podName": "p", "command": ["x"], "ttlSecondsAfterFinished": i64::MAX
+            }))
+            .unwrap(),
+            &SandboxProcessStatus {
+                phase: Some(Phase::Exited),
+                finished_at: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+                ..Default::default()
+            },
+            &Time(k8s_openapi::jiff::Timestamp::now()),
+        )
+        .unwrap();
+        assert!(years > Duration::from_secs(86400 * 365 * 1000));
+        assert_eq!(ttl_requeue(years), Action::requeue(MAX_REQUEUE));
+        assert_eq!(ttl_requeue(Duration::MAX), Action::requeue(MAX_REQUEUE));
+        assert_eq!(
+            ttl_requeue(Duration::from_secs(9)),
+            Action::requeue(Duration::from_secs(10))
+        );
+    }
 
     #[test]
     fn retries_back_off_exponentially_to_five_minutes() {

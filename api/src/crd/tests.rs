@@ -174,6 +174,23 @@ fn pure_validation_names_the_field() {
             "readiness.logMatch.pattern",
         ),
         ("podName: ''\ncommand: [x]\n", "podName"),
+        // Every duration is bounded: i64::MAX once overflowed the supervisor's deadlines.
+        (
+            "podName: web\ncommand: [x]\ntimeoutSeconds: 9223372036854775807\n",
+            "timeoutSeconds",
+        ),
+        (
+            "podName: web\ncommand: [x]\nterminationGracePeriodSeconds: 2147483648\n",
+            "terminationGracePeriodSeconds",
+        ),
+        (
+            "podName: web\ncommand: [x]\nttlSecondsAfterFinished: 9223372036854775807\n",
+            "ttlSecondsAfterFinished",
+        ),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {tcpSocket: {port: 1}, timeoutSeconds: 9223372036854775807}\n",
+            "readiness.timeoutSeconds",
+        ),
     ];
     for (yaml, field) in cases {
         let err = spec(yaml).validate().expect_err(yaml);
@@ -181,6 +198,8 @@ fn pure_validation_names_the_field() {
         assert!(err.to_string().starts_with(&format!("spec.{field}: ")));
     }
     assert!(minimal().validate().is_ok());
+    let at_bound = "podName: web\ncommand: [x]\ntimeoutSeconds: 2147483647\nterminationGracePeriodSeconds: 2147483647\nttlSecondsAfterFinished: 2147483647\n";
+    assert!(spec(at_bound).validate().is_ok());
 }
 
 #[test]
@@ -325,4 +344,99 @@ terminationGracePeriodSeconds: 3
             stream: crate::wire::LogStream::Stderr
         }
     );
+}
+
+/// Every numeric field at its extremes goes through the path a spec takes: the validator either
+/// refuses it naming that very field, or what it lets through reaches the start request within
+/// the bounds the agent enforces (durations ≤ MAX_SECONDS, signal 1–64, ports 1–65535, period
+/// 10–3600000) — nothing in between can overflow or be silently clamped into another value.
+#[test]
+fn extreme_numbers_are_refused_by_name_or_reach_the_agent_intact() {
+    let extremes = [
+        i64::MIN,
+        -1,
+        0,
+        1,
+        9,
+        10,
+        64,
+        65,
+        599,
+        600,
+        65535,
+        65536,
+        3_600_000,
+        3_600_001,
+        MAX_SECONDS,
+        MAX_SECONDS + 1,
+        i64::MAX,
+    ];
+    let fields = [
+        ("timeoutSeconds", "timeoutSeconds: {}"),
+        (
+            "terminationGracePeriodSeconds",
+            "terminationGracePeriodSeconds: {}",
+        ),
+        ("ttlSecondsAfterFinished", "ttlSecondsAfterFinished: {}"),
+        ("stopSignal", "stopSignal: {}"),
+        (
+            "readiness.timeoutSeconds",
+            "readiness: {tcpSocket: {port: 1}, timeoutSeconds: {}}",
+        ),
+        (
+            "readiness.periodMillis",
+            "readiness: {tcpSocket: {port: 1}, periodMillis: {}}",
+        ),
+        (
+            "readiness.tcpSocket.port",
+            "readiness: {tcpSocket: {port: {}}}",
+        ),
+        ("readiness.httpGet.port", "readiness: {httpGet: {port: {}}}"),
+    ];
+    for (field, line) in fields {
+        for v in extremes {
+            let yaml = format!(
+                "podName: web\ncommand: [x]\n{}\n",
+                line.replace("{}", &v.to_string())
+            );
+            // Values outside i32 do not even parse into an i32 field: refused before validation.
+            let Ok(s) = serde_yaml_ng::from_str::<SandboxProcessSpec>(&yaml) else {
+                assert!(v < i32::MIN as i64 || v > i32::MAX as i64, "{yaml}");
+                continue;
+            };
+            match s.validate() {
+                Err(e) => assert!(
+                    e.field.starts_with(field.split('.').next().unwrap()),
+                    "{yaml}: {e}"
+                ),
+                Ok(()) => {
+                    let q = start_request(&s, "id", "pod", "c");
+                    let max = MAX_SECONDS as u64;
+                    assert!(
+                        q.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
+                        "{yaml}"
+                    );
+                    assert!(q.grace_seconds <= max, "{yaml}");
+                    assert!((1..=64).contains(&q.stop_signal), "{yaml}");
+                    if let Some(r) = &q.readiness {
+                        assert!(
+                            r.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
+                            "{yaml}"
+                        );
+                        assert!((10..=3_600_000).contains(&r.period_millis), "{yaml}");
+                        match &r.probe {
+                            crate::wire::ProbeKind::TcpSocket { port }
+                            | crate::wire::ProbeKind::HttpGet { port, .. } => {
+                                assert!(*port >= 1, "{yaml}")
+                            }
+                            _ => {}
+                        }
+                    }
+                    assert!(s
+                        .ttl_seconds_after_finished
+                        .is_none_or(|t| (0..=MAX_SECONDS).contains(&t)));
+                }
+            }
+        }
+    }
 }
