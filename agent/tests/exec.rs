@@ -77,24 +77,12 @@ async fn signal_death_reports_128_plus_signal() {
         .start(&req(&f.ctr, &["sleep", "100"]))
         .await
         .unwrap();
-    let (s, v) = f
-        .agent
-        .post(
-            &format!("/v1/processes/{}/signal", r.exec_id),
-            &json!({"signal": 10}),
-        )
-        .await;
+    let (s, v) = f.agent.signal(&r.exec_id, json!({"signal": 10})).await;
     assert_eq!(s, 200, "{v}");
     let r = f.agent.wait_final(&r.exec_id, T).await;
     assert_eq!(r.exit.unwrap().signal, Some(10));
     assert_eq!(r.end_reason, Some(EndReason::Signaled));
-    let (s, v) = f
-        .agent
-        .post(
-            &format!("/v1/processes/{}/signal", r.exec_id),
-            &json!({"signal": 99}),
-        )
-        .await;
+    let (s, v) = f.agent.signal(&r.exec_id, json!({"signal": 99})).await;
     assert_eq!(s, 400, "signal out of range: {v}");
 }
 
@@ -114,13 +102,7 @@ async fn every_signal_1_to_64_is_recorded() {
             .start(&req(&f.ctr, &["sleep", "100"]))
             .await
             .unwrap();
-        let (s, v) = f
-            .agent
-            .post(
-                &format!("/v1/processes/{}/signal", r.exec_id),
-                &json!({ "signal": sig }),
-            )
-            .await;
+        let (s, v) = f.agent.signal(&r.exec_id, json!({ "signal": sig })).await;
         assert_eq!(s, 200, "signal {sig}: {v}");
         ids.push((sig, r.exec_id));
     }
@@ -137,10 +119,9 @@ async fn every_signal_1_to_64_is_recorded() {
     for (sig, id) in ids.iter().filter(|(s, _)| not_fatal.contains(s)) {
         let r = f.agent.record(id).await;
         assert_eq!(r.phase, Phase::Running, "signal {sig} ends nothing: {r:?}");
-        let path = format!("/v1/processes/{id}/signal");
         let (s, v) = f
             .agent
-            .post(&path, &json!({"stop": true, "graceSeconds": 0}))
+            .signal(id, json!({"stop": true, "graceSeconds": 0}))
             .await;
         assert_eq!(s, 200, "{v}");
         let r = f.agent.wait_final(id, T).await;
@@ -175,12 +156,11 @@ async fn realtime_signal_deaths_and_stops() {
         .start(&req(&f.ctr, &["sleep", "100"]))
         .await
         .unwrap();
-    let path = format!("/v1/processes/{}/signal", r.exec_id);
     let (s, v) = f
         .agent
-        .post(
-            &path,
-            &json!({"stop": true, "signal": 64, "graceSeconds": 5}),
+        .signal(
+            &r.exec_id,
+            json!({"stop": true, "signal": 64, "graceSeconds": 5}),
         )
         .await;
     assert_eq!(s, 200, "{v}");
@@ -225,18 +205,17 @@ async fn durations_beyond_the_bound_are_refused_by_name() {
     q.timeout_seconds = Some(i32::MAX as u64);
     q.grace_seconds = i32::MAX as u64;
     let r = f.agent.start(&q).await.unwrap();
-    let path = format!("/v1/processes/{}/signal", r.exec_id);
     let (s, v) = f
         .agent
-        .post(&path, &json!({"stop": true, "graceSeconds": huge}))
+        .signal(&r.exec_id, json!({"stop": true, "graceSeconds": huge}))
         .await;
     assert_eq!(s, 400, "{v}");
-    let (s, v) = f.agent.post(&path, &json!({"stop": true})).await;
+    let (s, v) = f.agent.signal(&r.exec_id, json!({"stop": true})).await;
     assert_eq!(s, 200, "{v}");
     // TERM is ignored and SIGKILL is 68 years away: still running, still supervised.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(f.agent.record(&r.exec_id).await.phase, Phase::Running);
-    let (s, v) = f.agent.post(&path, &json!({"signal": 9})).await;
+    let (s, v) = f.agent.signal(&r.exec_id, json!({"signal": 9})).await;
     assert_eq!(s, 200, "{v}");
     let done = f.agent.wait_final(&r.exec_id, T).await;
     assert_eq!(done.end_reason, Some(EndReason::Stopped), "{done:?}");
@@ -288,14 +267,13 @@ async fn stop_is_graceful_then_forced_and_idempotent() {
         .start(&req(&f.ctr, &["sleep", "100"]))
         .await
         .unwrap();
-    let path = format!("/v1/processes/{}/signal", r.exec_id);
-    let (s, _) = f.agent.post(&path, &json!({"stop": true})).await;
+    let (s, _) = f.agent.signal(&r.exec_id, json!({"stop": true})).await;
     assert_eq!(s, 200);
     let done = f.agent.wait_final(&r.exec_id, T).await;
     assert_eq!(done.end_reason, Some(EndReason::Stopped));
     assert_eq!(done.exit.clone().unwrap().signal, Some(15));
     assert!(done.stop_requested);
-    let (s, v) = f.agent.post(&path, &json!({"stop": true})).await;
+    let (s, v) = f.agent.signal(&r.exec_id, json!({"stop": true})).await;
     assert_eq!(s, 200, "stopping an ended process succeeds: {v}");
     assert_eq!(v["exit"]["code"], 143);
 
@@ -310,10 +288,7 @@ async fn stop_is_graceful_then_forced_and_idempotent() {
     let t0 = std::time::Instant::now();
     let (s, _) = f
         .agent
-        .post(
-            &format!("/v1/processes/{}/signal", r.exec_id),
-            &json!({"stop": true, "graceSeconds": 1}),
-        )
+        .signal(&r.exec_id, json!({"stop": true, "graceSeconds": 1}))
         .await;
     assert_eq!(s, 200);
     let done = f.agent.wait_final(&r.exec_id, T).await;
@@ -774,13 +749,7 @@ async fn concurrent_starts_of_one_id_make_one_process() {
     let rootfs = f._base.join("rootfs");
     let lines = std::fs::read_to_string(rootfs.join("tmp").join(&marker)).unwrap();
     assert_eq!(lines, "started\n");
-    let (s, _) = f
-        .agent
-        .post(
-            &format!("/v1/processes/{}/signal", q.exec_id),
-            &json!({"signal": 9}),
-        )
-        .await;
+    let (s, _) = f.agent.signal(&q.exec_id, json!({"signal": 9})).await;
     assert_eq!(s, 200);
 }
 

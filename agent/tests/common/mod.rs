@@ -337,6 +337,12 @@ impl Agent {
         }
     }
 
+    /// `POST /v1/processes/{id}/signal` with `body` (`{"signal": N}` or `{"stop": true, ...}`).
+    pub async fn signal(&self, id: &str, body: Value) -> (u16, Value) {
+        self.post(&format!("/v1/processes/{id}/signal"), &body)
+            .await
+    }
+
     pub async fn record(&self, id: &str) -> ProcessRecord {
         let (s, v) = self.get(&format!("/v1/processes/{id}")).await;
         assert_eq!(s, 200, "get {id}: {v}");
