@@ -75,9 +75,14 @@ impl Layout {
         self.root.join("bin")
     }
 
+    /// Creates the tree. The root is 0700 (also when it existed with a wider mode): records and
+    /// launch specs hold the container's environment (Secret values included), ledgers the
+    /// tenants' output; only root on the node may read them.
     pub fn ensure(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(self.records_dir())?;
         std::fs::create_dir_all(self.procs_dir())?;
-        std::fs::create_dir_all(self.bin_dir())
+        std::fs::create_dir_all(self.bin_dir())?;
+        std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))
     }
 }

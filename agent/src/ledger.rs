@@ -11,6 +11,7 @@
 //! dropped data gets an explicit `truncated` gap.
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, IoSlice, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 const MAGIC: u8 = 0xA5;
@@ -229,6 +230,7 @@ impl LedgerWriter {
                 OpenOptions::new()
                     .create(true)
                     .append(true)
+                    .mode(0o600)
                     .open(dir.join(seg_name(p)))?
             }
         };
@@ -299,6 +301,7 @@ impl LedgerWriter {
         self.file = OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(self.dir.join(seg_name(self.end)))?;
         self.retained.push(Retained {
             start: self.end,

@@ -2,6 +2,7 @@
 //! either the old or the new record, never a torn one, also across a node crash.
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use sandbox_api::wire::ProcessRecord;
@@ -24,6 +25,7 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T, durable: bool) -> io::Re
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(0o600)
             .open(&tmp)?;
         f.write_all(&body)?;
         if durable {

@@ -509,6 +509,11 @@ pub fn validate(req: &StartRequest) -> Result<(), AgentError> {
                         "readiness.httpGet.path {path:?}: must start with '/'"
                     ));
                 }
+                if !sandbox_api::wire::request_path_ok(path) {
+                    return bad(format!(
+                        "readiness.httpGet.path {path:?}: must be printable ASCII without spaces or control characters"
+                    ));
+                }
                 if status.min > status.max || status.min < 100 || status.max > 599 {
                     return bad(format!(
                         "readiness.httpGet.status {}-{}: need 100 <= min <= max <= 599",

@@ -3,6 +3,7 @@
 //! agent pod's (runc kills everything in a container's cgroup when the agent container stops).
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -109,6 +110,7 @@ pub fn spawn_supervisor(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std:
     let log = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(layout.proc_dir(id).join("supervisor.log"))?;
     let mut cmd = Command::new(&cfg.supervisor_bin);
     cmd.arg(layout.root())

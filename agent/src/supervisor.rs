@@ -12,6 +12,7 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -245,6 +246,13 @@ impl Supervisor {
         let pid_file = self.layout.pid_file(&self.id);
         let _ = std::fs::remove_file(&pid_file);
         let log = self.layout.runtime_log(&self.id);
+        // runc appends to an existing log and keeps its mode; its own would follow the umask,
+        // which we leave alone because the process inherits it, as under `kubectl exec`.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&log)?;
         let mut spawned = Command::new(&self.spec.runtime_binary);
         spawned
             .arg("--root")

@@ -872,3 +872,58 @@ async fn oom_kill_is_reported() {
     assert_eq!(r.end_reason, Some(EndReason::OOMKilled), "{r:?}");
     assert_eq!(r.exit.unwrap().signal, Some(9));
 }
+
+/// The state dir holds the containers' environment (Secret values too) and the tenants' output:
+/// only root on the node may read it. Root 0700, every regular file of a process 0600.
+#[tokio::test]
+async fn state_dir_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fx();
+    let mut q = req(&f.ctr, &["sh", "-c", "echo secret-output"]);
+    q.env = vec![EnvVar {
+        name: "TOKEN".into(),
+        value: "s3cr3t".into(),
+    }];
+    let r = f.agent.start(&q).await.unwrap();
+    f.agent.wait_final(&r.exec_id, T).await;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&f.agent.state), 0o700);
+    let mut files = 0;
+    let mut stack = vec![f.agent.state.join("records"), f.agent.state.join("procs")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() && e.file_name() != "pid" {
+                // (runc writes the pid file with its umask: a number, and under the 0700 root)
+                assert_eq!(
+                    mode(&e.path()) & 0o077,
+                    0,
+                    "{} readable by others",
+                    e.path().display()
+                );
+                files += 1;
+            }
+        }
+    }
+    assert!(files >= 3, "record, launch spec, ledger: {files} files");
+}
+
+/// An httpGet path goes into the request line verbatim: CR/LF or spaces would inject headers or
+/// a second request into the pod's own server. Refused at the agent's door, naming the field.
+#[tokio::test]
+async fn http_probe_path_must_be_plain() {
+    let f = fx();
+    for path in ["/x\r\nHost: evil", "/a b", "/tab\there", "/ü"] {
+        let mut body = serde_json::to_value(req(&f.ctr, &["true"])).unwrap();
+        body["readiness"] = json!({"probe": {"httpGet": {"port": 80, "path": path}}});
+        let (s, v) = f.agent.post("/v1/processes", &body).await;
+        assert_eq!(s, 400, "{path:?}: {v}");
+        assert!(
+            v["message"].as_str().unwrap().contains("httpGet.path"),
+            "{v}"
+        );
+    }
+}

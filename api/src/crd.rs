@@ -208,11 +208,13 @@ pub struct HttpGetProbe {
     /// TCP port (1–65535) of the HTTP server, inside the pod's network namespace.
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
-    /// Request path, starting with `/`. Default `/`.
+    /// Request path, starting with `/`, printable ASCII without spaces (it goes into the request
+    /// line as is). Default `/`.
     #[serde(default = "default_path")]
     #[schemars(length(min = 1, max = 2048))]
     #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "self.startsWith('/')", "message": "httpGet.path must start with '/'"}
+        {"rule": "self.startsWith('/')", "message": "httpGet.path must start with '/'"},
+        {"rule": "self.matches('^[!-~]*$')", "message": "httpGet.path must be printable ASCII without spaces or control characters"}
     ]))]
     pub path: String,
     /// Accepted status codes (inclusive). Default 200–399.
@@ -631,6 +633,12 @@ impl ReadinessSpec {
             check_port("readiness.httpGet.port", h.port)?;
             if !h.path.starts_with('/') {
                 return Err(invalid("readiness.httpGet.path", "must start with '/'"));
+            }
+            if !crate::wire::request_path_ok(&h.path) {
+                return Err(invalid(
+                    "readiness.httpGet.path",
+                    "must be printable ASCII without spaces or control characters",
+                ));
             }
             let (min, max) = (h.status.min, h.status.max);
             if !(100..=599).contains(&min) || !(100..=599).contains(&max) || min > max {

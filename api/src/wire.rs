@@ -18,6 +18,12 @@ use serde::{Deserialize, Serialize};
 /// spec value can crash a deadline computation.
 pub const MAX_SECONDS: i64 = i32::MAX as i64;
 
+/// An HTTP probe path goes into the request line verbatim: printable ASCII, no space, no CR/LF
+/// (which would let a spec inject headers or a second request).
+pub fn request_path_ok(path: &str) -> bool {
+    path.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Stable error codes; the operator copies them into `status.error.code`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ErrorCode {

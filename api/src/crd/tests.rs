@@ -166,6 +166,10 @@ fn pure_validation_names_the_field() {
             "readiness.httpGet.path",
         ),
         (
+            "podName: web\ncommand: [x]\nreadiness: {httpGet: {port: 80, path: \"/x\\r\\nHost: evil\"}}\n",
+            "readiness.httpGet.path",
+        ),
+        (
             "podName: web\ncommand: [x]\nreadiness: {httpGet: {port: 80, status: {min: 400, max: 300}}}\n",
             "readiness.httpGet.status",
         ),
@@ -272,6 +276,14 @@ fn cel_rejects_bad_specs_with_clear_messages() {
         (
             "podName: web\ncommand: [x]\nenv: [{name: \"A\\0\", value: y}]\n",
             "env name must not contain a NUL character",
+        ),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {httpGet: {port: 80, path: \"/a HTTP/1.1\\r\\nX-Evil: 1\"}}\n",
+            "httpGet.path must be printable ASCII",
+        ),
+        (
+            "podName: web\ncommand: [x]\nreadiness: {httpGet: {port: 80, path: \"/a b\"}}\n",
+            "httpGet.path must be printable ASCII",
         ),
     ];
     for (yaml, message) in cases {
