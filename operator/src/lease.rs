@@ -2,8 +2,9 @@
 //! replicas are safe. The Lease is one per cluster (by default `kube-system/
 //! sandboxprocesses.sandbox.dev`), not one per release: every operator watches every
 //! SandboxProcess, so a second release or an operator started by hand must stand by too, or two
-//! controllers would start the same process on two agents and fight over its status. kube-rs has no built-in elector; this is the usual protocol: take the lease
-//! when it is free or expired (optimistic concurrency on `resourceVersion`), renew it every
+//! controllers would start the same process on two agents and fight over its status.
+//! kube-rs has no built-in elector; this is the usual protocol: take the lease when it is free
+//! or expired (optimistic concurrency on `resourceVersion`), renew it every
 //! `renew_every`, and stop leading when a renewal has not succeeded within the lease duration.
 //! A replica shutting down gracefully releases the lease so the next one takes over at once.
 use std::time::Duration;
