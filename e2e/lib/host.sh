@@ -277,7 +277,8 @@ our_supervisors() {
     exe=$(readlink "$p/exe" 2>/dev/null) || continue
     case ${exe##*/} in sandbox-supervisor*) ;; *) continue ;; esac
     dir=$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null | sed -n 2p)
-    case $dir in /var/lib/sandbox-agent | /var/lib/sandbox-agent-e2e | /tmp/spo-*) echo "${p#/proc/}" ;; esac
+    case " $AGENT_STATE_DIRS " in *" $dir "*) echo "${p#/proc/}"; continue ;; esac
+    case $dir in /tmp/spo-*) echo "${p#/proc/}" ;; esac
   done
 }
 
