@@ -74,7 +74,7 @@ fresh_namespace() {
 # no operator or agent pod of any release is left. Suites that run their own operator need this:
 # two controllers would both act on the same objects.
 no_release() {
-  local rels r ns name o
+  local rels ns name
   rels=$(helm list -A -o json 2>/dev/null | python3 -c '
 import json, sys
 for r in json.load(sys.stdin):
@@ -83,8 +83,8 @@ for r in json.load(sys.stdin):
   [ -n "$rels" ] || [ -n "$(kubectl get pods -A -l "$SPO_CHART_LABEL" -o name 2>/dev/null)" ] || return 0
   echo "removing what an earlier run installed: every SandboxProcess, then the release(s)"
   kubectl delete sbp -A --all --timeout=90s >/dev/null 2>&1 || true
-  for o in $(kubectl get sbp -A -o jsonpath='{range .items[*]}{.metadata.namespace}{"/"}{.metadata.name}{"\n"}{end}' 2>/dev/null); do
-    kubectl -n "${o%%/*}" patch sbp "${o#*/}" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+  for ns in $(kubectl get sbp -A -o jsonpath='{range .items[*]}{.metadata.namespace}{"\n"}{end}' 2>/dev/null | sort -u); do
+    drop_finalizers "$ns"
   done
   while read -r ns name; do
     [ -n "$name" ] || continue
