@@ -63,6 +63,11 @@ impl Layout {
         self.proc_dir(id).join("runtime.log")
     }
 
+    /// The process tree's cgroup directories, while it exists.
+    pub fn cgroup(&self, id: &ExecId) -> PathBuf {
+        self.proc_dir(id).join("cgroup.json")
+    }
+
     pub fn pid_file(&self, id: &ExecId) -> PathBuf {
         self.proc_dir(id).join("pid")
     }

@@ -8,12 +8,14 @@
 //! - [`record`]: atomic reads/writes of process records.
 //! - [`ledger`]: the output ledger (framed, segmented, capped) and its cursor reader.
 //! - [`runtime`]: finding a container (CRI or a runc state dir) and building the exec spec.
+//! - [`cgroup`]: the process tree's own cgroup (membership, kill, limits, usage).
 //! - [`supervisor`]: the per-process supervisor loop (no async runtime; small footprint).
 //! - [`signals`]: signal dispositions reset below the C library, for the runtime's child.
 //! - [`wait`]: how a child ended (exit code or any signal 1–64), from the raw wait status.
 //! - [`readiness`]: tcpSocket / httpGet probes inside the pod's network namespace, logMatch.
 //! - [`registry`], [`spawn`], [`control`], [`server`], [`auth`]: the agent daemon.
 pub mod auth;
+pub mod cgroup;
 pub mod clock;
 pub mod control;
 pub mod error;

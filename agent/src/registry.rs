@@ -238,6 +238,14 @@ impl Registry {
             },
         };
         warn!(exec_id = %id, why, "process lost");
+        // Nothing may run on unsupervised: what is left of the tree is killed, and said so.
+        let mut why = why.to_string();
+        if self.cfg.layout.cgroup(id).exists() {
+            match spawn::spawn_tree_reaper(&self.cfg.spawn, &self.cfg.layout, id) {
+                Ok(_) => why.push_str("; what was left of its process tree was killed"),
+                Err(e) => warn!(exec_id = %id, error = %e, "ending the lost process tree"),
+            }
+        }
         rec.phase = Phase::Error;
         rec.end_reason = Some(EndReason::Lost);
         rec.error = Some(ApiError {

@@ -97,6 +97,20 @@ impl SpawnConfig {
 }
 
 pub fn spawn_supervisor(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std::io::Result<u32> {
+    spawn(cfg, layout, id, None)
+}
+
+/// Ends what is left of a lost supervisor's process tree (its cgroup), from the host's view.
+pub fn spawn_tree_reaper(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std::io::Result<u32> {
+    spawn(cfg, layout, id, Some(crate::supervisor::END_TREE))
+}
+
+fn spawn(
+    cfg: &SpawnConfig,
+    layout: &Layout,
+    id: &ExecId,
+    mode: Option<&str>,
+) -> std::io::Result<u32> {
     let ns_proc = cfg.namespace.proc_dir()?;
     let procs: Vec<OwnedFd> = cfg
         .cgroup_procs(ns_proc.as_deref())?
@@ -115,6 +129,7 @@ pub fn spawn_supervisor(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std:
     let mut cmd = Command::new(&cfg.supervisor_bin);
     cmd.arg(layout.root())
         .arg(id.as_str())
+        .args(mode)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);

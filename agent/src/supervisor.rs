@@ -31,6 +31,7 @@ use sandbox_api::wire::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::{self, ProcessCgroup};
 use crate::clock::{now_nanos, rfc3339};
 use crate::exec_id::ExecId;
 use crate::layout::Layout;
@@ -43,8 +44,13 @@ use crate::signals;
 use crate::wait::{self, ChildEnd};
 
 const TAIL_BYTES: usize = 2048;
-/// After the process exits, keep draining output held open by leftover group members this long.
+/// After the tree has ended, keep draining output still held open (a descriptor passed to a
+/// process outside the tree) this long.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// Usage and process count refresh while running.
+const USAGE_REFRESH: Duration = Duration::from_secs(5);
+/// Membership re-check where the node cannot notify (pure cgroup v1).
+const MEMBERSHIP_POLL: Duration = Duration::from_millis(20);
 /// Non-durable record refresh while output flows.
 const COUNTER_FLUSH: Duration = Duration::from_secs(1);
 const READ_BUF: usize = 256 * 1024;
@@ -84,11 +90,14 @@ pub fn valid_signal(sig: i32) -> bool {
     (1..=64).contains(&sig)
 }
 
+/// Mode argument: end what is left of a lost supervisor's tree, then exit.
+pub const END_TREE: &str = "--end-tree";
+
 /// Entry point of the `sandbox-supervisor` binary.
 pub fn main() -> ! {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 3 {
-        eprintln!("usage: sandbox-supervisor <state-dir> <exec-id>");
+    if args.len() != 3 && !(args.len() == 4 && args[3] == END_TREE) {
+        eprintln!("usage: sandbox-supervisor <state-dir> <exec-id> [{END_TREE}]");
         std::process::exit(2);
     }
     let layout = Layout::new(&args[1]);
@@ -99,6 +108,15 @@ pub fn main() -> ! {
             std::process::exit(2);
         }
     };
+    if args.len() == 4 {
+        match end_tree(&layout, &id) {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("supervisor: ending the tree of {}: {e}", id.as_str());
+                std::process::exit(1);
+            }
+        }
+    }
     match Supervisor::start(layout, id).and_then(|s| s.run()) {
         Ok(()) => std::process::exit(0),
         Err(e) => {
@@ -122,7 +140,13 @@ struct Supervisor {
     out: [Option<OwnedFd>; 2],
     host_pid: Option<i32>,
     exit: Option<ChildEnd>,
-    exited_at: Option<Instant>,
+    /// The process's own cgroup (created before the launch; removed at the end).
+    cgroup: Option<ProcessCgroup>,
+    /// inotify on the cgroup's `cgroup.events` (v2): the tree's end without polling.
+    cgroup_watch: Option<nix::sys::inotify::Inotify>,
+    /// Every member of the cgroup has ended, since then.
+    emptied_at: Option<Instant>,
+    usage_at: Option<Instant>,
     timeout_at: Option<Instant>,
     kill_at: Option<Instant>,
     /// A stop sequence has begun (its SIGKILL may have no deadline: see `after`).
@@ -195,7 +219,10 @@ impl Supervisor {
             out: [None, None],
             host_pid: None,
             exit: None,
-            exited_at: None,
+            cgroup: None,
+            cgroup_watch: None,
+            emptied_at: None,
+            usage_at: None,
             timeout_at: None,
             kill_at: None,
             stopping: false,
@@ -228,11 +255,59 @@ impl Supervisor {
     }
 
     fn fail(&mut self, code: ErrorCode, message: String) -> Result<()> {
+        if let Some(cg) = self.cgroup.take() {
+            let _ = cg.kill_all();
+            cg.remove();
+            let _ = std::fs::remove_file(self.layout.cgroup(&self.id));
+        }
         self.rec.phase = Phase::Error;
         self.rec.error = Some(ApiError { code, message });
         self.rec.finished_at = Some(rfc3339(now_nanos()));
         self.save(true)?;
         Ok(())
+    }
+
+    /// Creates the process's cgroup under the container's and applies its limits; `None` when
+    /// that failed (the record says why).
+    fn make_cgroup(&mut self) -> Result<Option<String>> {
+        let name = format!("sandbox-{}", self.id.as_str());
+        let made = cgroup::container_dirs(
+            &self.spec.runtime_root,
+            &self.spec.container_id,
+            self.spec.container_pid,
+        )
+        .and_then(|dirs| ProcessCgroup::create(&dirs, &name));
+        let cg = match made {
+            Ok(cg) => cg,
+            Err(e) => {
+                self.fail(
+                    ErrorCode::ProcessSpawnFailed,
+                    format!("creating the process's cgroup: {e}"),
+                )?;
+                return Ok(None);
+            }
+        };
+        // Kept beside the record so an agent that finds this supervisor gone can end the tree.
+        record::write_json(&self.layout.cgroup(&self.id), &cg, false)?;
+        let limits = self.spec.request.resources.clone();
+        self.cgroup = Some(cg);
+        if let Some(l) = limits {
+            let applied = l
+                .check()
+                .map_err(|(field, message)| cgroup::LimitError { field, message })
+                .and_then(|_| self.cgroup.as_ref().map_or(Ok(()), |cg| cg.apply(&l)));
+            if let Err(e) = applied {
+                self.fail(ErrorCode::InvalidResourceLimits, e.to_string())?;
+                return Ok(None);
+            }
+        }
+        if let Some(ev) = self.cgroup.as_ref().and_then(ProcessCgroup::events_file) {
+            use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+            let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+            watch.add_watch(&ev, AddWatchFlags::IN_MODIFY)?;
+            self.cgroup_watch = Some(watch);
+        }
+        Ok(Some(name))
     }
 
     fn launch(&mut self) -> Result<bool> {
@@ -243,6 +318,9 @@ impl Supervisor {
             let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(1 << 20));
             fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
         }
+        let Some(cg_name) = self.make_cgroup()? else {
+            return Ok(false);
+        };
         let pid_file = self.layout.pid_file(&self.id);
         let _ = std::fs::remove_file(&pid_file);
         let log = self.layout.runtime_log(&self.id);
@@ -263,6 +341,8 @@ impl Supervisor {
             .arg("json")
             .arg("exec")
             .arg("-d")
+            .arg("--cgroup")
+            .arg(&cg_name)
             .arg("--pid-file")
             .arg(&pid_file)
             .arg("--process")
@@ -311,6 +391,7 @@ impl Supervisor {
         let host_pid = host_pid.unwrap();
         wait_for_exec(host_pid);
         let now = Instant::now();
+        self.usage_at = Some(now);
         self.host_pid = Some(host_pid);
         self.rec.host_pid = Some(host_pid);
         self.rec.pid = procfs::ns_pid(host_pid);
@@ -362,16 +443,68 @@ impl Supervisor {
         }
     }
 
+    /// `sig` to every process of the tree (its cgroup); SIGKILL ends the whole cgroup at once.
+    fn signal_tree(&self, sig: i32) -> std::io::Result<()> {
+        match &self.cgroup {
+            Some(cg) if sig == libc::SIGKILL => cg.kill_all(),
+            Some(cg) => {
+                cg.signal_all(sig);
+                Ok(())
+            }
+            None => self.kill_group(sig),
+        }
+    }
+
+    /// The root has exited and its cgroup is empty: nothing of the process is left.
+    fn tree_done(&self) -> bool {
+        self.exit.is_some() && self.emptied_at.is_some()
+    }
+
     fn begin_stop(&mut self, signal: i32, grace: u64) -> std::io::Result<()> {
-        if self.exit.is_some() || self.stopping {
+        if self.tree_done() || self.stopping {
             return Ok(()); // idempotent: already ended or already stopping
         }
-        self.kill_group(signal)?;
+        self.signal_tree(signal)?;
         // A grace too long to represent is "never": the stop signal stands alone, as asked.
         self.kill_at = after(Instant::now(), grace);
         self.stopping = true;
         if grace == 0 {
-            self.kill_group(libc::SIGKILL)?;
+            self.signal_tree(libc::SIGKILL)?;
+        }
+        Ok(())
+    }
+
+    /// Re-reads the cgroup's membership once the root has exited.
+    fn check_tree(&mut self) -> std::io::Result<()> {
+        if self.exit.is_none() || self.emptied_at.is_some() {
+            return Ok(());
+        }
+        let empty = self.cgroup.as_ref().is_none_or(ProcessCgroup::is_empty);
+        if empty {
+            self.emptied_at = Some(Instant::now());
+        } else if !self.rec.root_exited {
+            self.rec.root_exited = true;
+            self.rec.processes = self.cgroup.as_ref().map(|c| c.members().len() as u32);
+            self.save(false)?;
+        }
+        Ok(())
+    }
+
+    /// Usage and process count, at most every [`USAGE_REFRESH`].
+    fn refresh_usage(&mut self, now: Instant) -> std::io::Result<()> {
+        let Some(cg) = &self.cgroup else {
+            return Ok(());
+        };
+        if self.usage_at.is_some_and(|t| now < t + USAGE_REFRESH) {
+            return Ok(());
+        }
+        self.usage_at = Some(now);
+        let usage = Some(cg.usage());
+        let processes = Some(cg.members().len() as u32);
+        if usage != self.rec.usage || processes != self.rec.processes {
+            self.rec.usage = usage;
+            self.rec.processes = processes;
+            self.save(false)?;
         }
         Ok(())
     }
@@ -448,10 +581,9 @@ impl Supervisor {
         while let Ok(Some((pid, end))) = wait::reap_any() {
             if Some(pid) == self.host_pid && self.exit.is_none() {
                 self.exit = Some(end);
-                self.exited_at = Some(Instant::now());
                 if self.stopping || self.timed_out {
-                    // Leader gone during a stop: finish the rest of the group now.
-                    let _ = self.kill_group(libc::SIGKILL);
+                    // Root gone during a stop: finish the rest of the tree now.
+                    let _ = self.signal_tree(libc::SIGKILL);
                 }
             }
         }
@@ -492,7 +624,7 @@ impl Supervisor {
                 if !valid_signal(signal) {
                     return Err(format!("signal {signal}: must be 1-64"));
                 }
-                if self.exit.is_none() && !self.stop_requested {
+                if !self.tree_done() && !self.stop_requested {
                     self.stop_requested = true;
                     self.rec.stop_requested = true;
                     self.save(false).map_err(|e| e.to_string())?;
@@ -504,24 +636,34 @@ impl Supervisor {
                 if !valid_signal(signal) {
                     return Err(format!("signal {signal}: must be 1-64"));
                 }
-                if self.exit.is_some() {
+                if self.tree_done() {
                     return Ok(());
                 }
-                self.kill_group(signal).map_err(|e| e.to_string())
+                // While the root runs, its process group (as a shell would); after, its leftovers.
+                if self.exit.is_none() {
+                    self.kill_group(signal).map_err(|e| e.to_string())
+                } else {
+                    self.signal_tree(signal).map_err(|e| e.to_string())
+                }
             }
         }
     }
 
     fn next_deadline(&self) -> Option<Instant> {
         let flush = self.dirty_since.map(|t| t + COUNTER_FLUSH);
-        let drain = self.exited_at.map(|t| t + DRAIN_GRACE);
+        let drain = self.emptied_at.map(|t| t + DRAIN_GRACE);
+        let membership = match (&self.exit, &self.emptied_at, &self.cgroup_watch) {
+            (Some(_), None, None) => Some(Instant::now() + MEMBERSHIP_POLL),
+            _ => None,
+        };
+        let usage = self.usage_at.map(|t| t + USAGE_REFRESH);
         let readiness =
             if self.matcher.is_some() && !self.rec.ready && !self.rec.readiness_timed_out {
                 self.readiness_deadline
             } else {
                 None
             };
-        let stop = if self.exit.is_none() {
+        let stop = if !self.tree_done() {
             self.kill_at.or(if self.timed_out {
                 None
             } else {
@@ -530,7 +672,10 @@ impl Supervisor {
         } else {
             None
         };
-        [flush, drain, readiness, stop].into_iter().flatten().min()
+        [flush, drain, membership, usage, readiness, stop]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn run(mut self) -> Result<()> {
@@ -539,9 +684,10 @@ impl Supervisor {
         }
         let mut buf = vec![0u8; READ_BUF];
         loop {
+            self.check_tree()?;
             let done_draining = self.out.iter().all(Option::is_none)
-                || self.exited_at.is_some_and(|t| t.elapsed() >= DRAIN_GRACE);
-            if self.exit.is_some() && done_draining {
+                || self.emptied_at.is_some_and(|t| t.elapsed() >= DRAIN_GRACE);
+            if self.tree_done() && done_draining {
                 break;
             }
             let now = Instant::now();
@@ -552,8 +698,8 @@ impl Supervisor {
                 None => PollTimeout::NONE,
             };
             let (ready_out, ready_sig, ready_ctl, ready_probe) = {
-                let mut fds = Vec::with_capacity(5);
-                let mut slots = [usize::MAX; 5];
+                let mut fds = Vec::with_capacity(6);
+                let mut slots = [usize::MAX; 6];
                 for (i, fd) in self.out.iter().enumerate() {
                     if let Some(fd) = fd {
                         slots[i] = fds.len();
@@ -568,6 +714,10 @@ impl Supervisor {
                     slots[4] = fds.len();
                     fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
                 }
+                if let Some(w) = &self.cgroup_watch {
+                    slots[5] = fds.len();
+                    fds.push(PollFd::new(w.as_fd(), PollFlags::POLLIN));
+                }
                 match poll(&mut fds, timeout) {
                     Ok(_) | Err(Errno::EINTR) => {}
                     Err(e) => return Err(e.into()),
@@ -575,6 +725,12 @@ impl Supervisor {
                 let hit = |slot: usize| {
                     slot != usize::MAX && fds[slot].revents().is_some_and(|r| !r.is_empty())
                 };
+                if hit(slots[5]) {
+                    // Drained only; membership is re-read at the top of the loop.
+                    if let Some(w) = &self.cgroup_watch {
+                        while w.read_events().is_ok_and(|e| !e.is_empty()) {}
+                    }
+                }
                 (
                     [hit(slots[0]), hit(slots[1])],
                     hit(slots[2]),
@@ -648,7 +804,7 @@ impl Supervisor {
                 }
             }
             let now = Instant::now();
-            if self.exit.is_none() {
+            if !self.tree_done() {
                 if !self.timed_out && !self.stopping && self.timeout_at.is_some_and(|t| now >= t) {
                     self.timed_out = true;
                     let (sig, grace) = (
@@ -657,9 +813,10 @@ impl Supervisor {
                     );
                     self.begin_stop(sig, grace)?;
                 } else if self.kill_at.is_some_and(|t| now >= t) {
-                    self.kill_group(libc::SIGKILL)?;
+                    self.signal_tree(libc::SIGKILL)?;
                     self.kill_at = after(now, 3600);
                 }
+                self.refresh_usage(now)?;
             }
             if self.matcher.is_some()
                 && !self.rec.ready
@@ -694,10 +851,27 @@ impl Supervisor {
                     std::thread::sleep(Duration::from_millis(10));
                 }
             };
-        let oom = match (self.oom_before, procfs::oom_kills(self.spec.container_pid)) {
+        let container_oom = match (self.oom_before, procfs::oom_kills(self.spec.container_pid)) {
             (Some(a), Some(b)) => b > a,
             _ => false,
         };
+        // The tree's own cgroup starts at 0 OOM kills: any is its own limit being hit.
+        let tree_oom = self
+            .cgroup
+            .as_ref()
+            .and_then(ProcessCgroup::oom_kills)
+            .is_some_and(|n| n > 0);
+        let oom = container_oom || tree_oom;
+        if let Some(cg) = self.cgroup.take() {
+            self.rec.usage = Some(cg.usage());
+            self.rec.processes = Some(0);
+            let left = cg.remove();
+            if !left.is_empty() {
+                eprintln!("supervisor: cgroups not removed: {left:?}");
+            }
+            let _ = std::fs::remove_file(self.layout.cgroup(&self.id));
+        }
+        self.rec.root_exited = false;
         let reason = if self.timed_out {
             EndReason::TimedOut
         } else if self.stop_requested {
@@ -723,6 +897,23 @@ impl Supervisor {
         let _ = std::fs::remove_file(self.layout.control(&self.id));
         Ok(())
     }
+}
+
+/// Kills every member of a lost supervisor's cgroup and removes it.
+fn end_tree(layout: &Layout, id: &ExecId) -> Result<()> {
+    let path = layout.cgroup(id);
+    let cg: ProcessCgroup = record::read_json(&path)?;
+    let until = Instant::now() + Duration::from_secs(10);
+    while !cg.is_empty() && Instant::now() < until {
+        cg.kill_all()?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = cg.remove();
+    if !left.is_empty() {
+        return Err(format!("not removed: {left:?}").into());
+    }
+    std::fs::remove_file(&path)?;
+    Ok(())
 }
 
 /// The runtime's error message from its JSON log (last error/fatal entries).

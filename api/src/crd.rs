@@ -71,7 +71,8 @@ pub use crate::wire::MAX_SECONDS;
     {"rule": "has(self.timeoutSeconds) == has(oldSelf.timeoutSeconds) && (!has(self.timeoutSeconds) || self.timeoutSeconds == oldSelf.timeoutSeconds)", "message": "timeoutSeconds is immutable", "fieldPath": ".timeoutSeconds"},
     {"rule": "has(self.readiness) == has(oldSelf.readiness) && (!has(self.readiness) || self.readiness == oldSelf.readiness)", "message": "readiness is immutable", "fieldPath": ".readiness"},
     {"rule": "self.stopSignal == oldSelf.stopSignal", "message": "stopSignal is immutable", "fieldPath": ".stopSignal"},
-    {"rule": "self.terminationGracePeriodSeconds == oldSelf.terminationGracePeriodSeconds", "message": "terminationGracePeriodSeconds is immutable", "fieldPath": ".terminationGracePeriodSeconds"}
+    {"rule": "self.terminationGracePeriodSeconds == oldSelf.terminationGracePeriodSeconds", "message": "terminationGracePeriodSeconds is immutable", "fieldPath": ".terminationGracePeriodSeconds"},
+    {"rule": "has(self.resources) == has(oldSelf.resources) && (!has(self.resources) || self.resources == oldSelf.resources)", "message": "resources is immutable", "fieldPath": ".resources"}
 ]))]
 pub struct SandboxProcessSpec {
     /// Target pod, in the same namespace.
@@ -134,6 +135,68 @@ pub struct SandboxProcessSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 2147483647))]
     pub ttl_seconds_after_finished: Option<i64>,
+    /// Limits for this process and everything it starts (its own cgroup, inside the
+    /// container's): reaching the memory limit OOM-kills within this tree only, never the
+    /// container or other processes. Never above the container's own limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourcesSpec>,
+}
+
+/// `spec.resources`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ResourcesSpec {
+    /// Upper bounds for the process tree; each is optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ResourceLimitsSpec>,
+}
+
+/// `spec.resources.limits`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ResourceLimitsSpec {
+    /// CPU as a Kubernetes quantity (`500m`, `2`), at least 10m: CFS bandwidth for the tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<crate::quantity::Quantity>,
+    /// Memory as a Kubernetes quantity (`64Mi`, `1G`), at least 4Mi: the tree's memory cgroup
+    /// limit; reaching it ends the process with `endReason: OOMKilled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<crate::quantity::Quantity>,
+    /// Most processes and threads the tree may hold at once (1–2147483647); `fork` fails
+    /// inside beyond it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 2147483647))]
+    pub pids: Option<i64>,
+}
+
+impl ResourceLimitsSpec {
+    /// The agent's limits, in kernel units; `Err` names the field.
+    pub fn to_wire(&self) -> Result<crate::wire::ResourceLimits, Invalid> {
+        let cpu = match &self.cpu {
+            Some(q) => Some(
+                q.millicores()
+                    .map_err(|m| invalid("resources.limits.cpu", m))?,
+            ),
+            None => None,
+        };
+        let memory = match &self.memory {
+            Some(q) => Some(
+                q.bytes()
+                    .map_err(|m| invalid("resources.limits.memory", m))?,
+            ),
+            None => None,
+        };
+        let pids = match self.pids {
+            Some(p) if p < 1 => return Err(invalid("resources.limits.pids", "must be at least 1")),
+            Some(p) => Some(p as u64),
+            None => None,
+        };
+        let w = crate::wire::ResourceLimits {
+            cpu_millis: cpu,
+            memory_bytes: memory,
+            pids,
+        };
+        w.check().map_err(|(f, m)| invalid(f, m))?;
+        Ok(w)
+    }
 }
 
 fn default_stop_signal() -> i32 {
@@ -311,6 +374,16 @@ pub struct SandboxProcessStatus {
     /// Output counters and the last ≤ 2 KiB (refreshed at most every 5 s while running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputStatus>,
+    /// `true` while the process itself has exited but processes it started still run: the
+    /// object stays `Running` until the whole tree has ended, then `exit` is the root's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub root_exited: bool,
+    /// Processes of this tree still running (its cgroup's members; refreshed at most every 5 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<i32>,
+    /// What the tree used (from its cgroup; refreshed at most every 5 s, final at the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageStatus>,
     /// `Ready`, `Succeeded`, `Reconciling`, `Stalled` (kstatus-compatible).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -407,6 +480,7 @@ pub enum ErrorCode {
     ContainerUnavailable,
     InvalidProcessCwd,
     InvalidProcessEnvironment,
+    InvalidResourceLimits,
     ProcessSpawnFailed,
     StaleProcessHandle,
     ProcessNotFound,
@@ -422,6 +496,7 @@ impl ErrorCode {
             ErrorCode::ContainerUnavailable => "ContainerUnavailable",
             ErrorCode::InvalidProcessCwd => "InvalidProcessCwd",
             ErrorCode::InvalidProcessEnvironment => "InvalidProcessEnvironment",
+            ErrorCode::InvalidResourceLimits => "InvalidResourceLimits",
             ErrorCode::ProcessSpawnFailed => "ProcessSpawnFailed",
             ErrorCode::StaleProcessHandle => "StaleProcessHandle",
             ErrorCode::ProcessNotFound => "ProcessNotFound",
@@ -440,6 +515,7 @@ impl ErrorCode {
             W::ContainerUnavailable => ErrorCode::ContainerUnavailable,
             W::InvalidProcessCwd => ErrorCode::InvalidProcessCwd,
             W::InvalidProcessEnvironment => ErrorCode::InvalidProcessEnvironment,
+            W::InvalidResourceLimits => ErrorCode::InvalidResourceLimits,
             W::ProcessSpawnFailed => ErrorCode::ProcessSpawnFailed,
             W::StaleProcessHandle => ErrorCode::StaleProcessHandle,
             W::ProcessNotFound => ErrorCode::ProcessNotFound,
@@ -467,6 +543,16 @@ pub struct OutputStatus {
     /// Last ≤ 2 KiB of combined output (UTF-8, lossy).
     #[serde(default)]
     pub tail: String,
+}
+
+/// `status.usage`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageStatus {
+    /// Highest memory use of the tree (bytes, page cache included).
+    pub memory_peak_bytes: i64,
+    /// CPU time of the tree, user + system (milliseconds).
+    pub cpu_time_millis: i64,
 }
 
 /// Condition types.
@@ -579,13 +665,16 @@ impl SandboxProcessSpec {
         if let Some(r) = &self.readiness {
             r.validate()?;
         }
+        if let Some(l) = self.resources.as_ref().and_then(|r| r.limits.as_ref()) {
+            l.to_wire()?;
+        }
         Ok(())
     }
 
     /// The rules only the API server can check, between an object and its previous version:
     /// every field except `stop` and `ttlSecondsAfterFinished` is immutable.
     pub fn validate_update(&self, old: &SandboxProcessSpec) -> Result<(), Invalid> {
-        let immutable: [(&str, bool); 9] = [
+        let immutable: [(&str, bool); 10] = [
             ("podName", self.pod_name == old.pod_name),
             ("container", self.container == old.container),
             ("command", self.command == old.command),
@@ -601,6 +690,7 @@ impl SandboxProcessSpec {
                 "terminationGracePeriodSeconds",
                 self.termination_grace_period_seconds == old.termination_grace_period_seconds,
             ),
+            ("resources", self.resources == old.resources),
         ];
         match immutable.iter().find(|(_, same)| !same) {
             Some((field, _)) => Err(invalid(*field, format!("{field} is immutable"))),
@@ -725,6 +815,12 @@ pub fn start_request(
                 timeout_seconds: r.timeout_seconds.map(|t| t.max(1) as u64),
             })
         }),
+        // `validate` ran first; a limit that does not convert is left to the agent to refuse.
+        resources: spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.to_wire().ok()),
     }
 }
 

@@ -31,6 +31,8 @@ pub enum ErrorCode {
     ContainerUnavailable,
     InvalidProcessCwd,
     InvalidProcessEnvironment,
+    /// `resources.limits` cannot be applied (above the container's own, or not on this node).
+    InvalidResourceLimits,
     ProcessSpawnFailed,
     StaleProcessHandle,
     ProcessNotFound,
@@ -50,6 +52,7 @@ impl ErrorCode {
             ErrorCode::ContainerUnavailable => "ContainerUnavailable",
             ErrorCode::InvalidProcessCwd => "InvalidProcessCwd",
             ErrorCode::InvalidProcessEnvironment => "InvalidProcessEnvironment",
+            ErrorCode::InvalidResourceLimits => "InvalidResourceLimits",
             ErrorCode::ProcessSpawnFailed => "ProcessSpawnFailed",
             ErrorCode::StaleProcessHandle => "StaleProcessHandle",
             ErrorCode::ProcessNotFound => "ProcessNotFound",
@@ -170,6 +173,75 @@ pub struct StartRequest {
     pub grace_seconds: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<Readiness>,
+    /// Limits of the process's own cgroup (absent: only the container's limits apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceLimits>,
+}
+
+/// Per-process limits, in the units the kernel takes. Each is optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceLimits {
+    /// CPU bandwidth in millicores (CFS quota over a 100 ms period).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<u64>,
+    /// Memory in bytes; reaching it OOM-kills within this process's tree only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Most tasks (processes and threads) the tree may hold at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+}
+
+/// The smallest limits the agent applies (a smaller one is refused, not raised).
+pub const MIN_CPU_MILLIS: u64 = 10;
+pub const MIN_MEMORY_BYTES: u64 = 4 << 20;
+
+impl ResourceLimits {
+    /// `Err((field, message))`, field as in the SandboxProcess spec.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if let Some(c) = self.cpu_millis {
+            if c < MIN_CPU_MILLIS {
+                return Err((
+                    "resources.limits.cpu",
+                    format!("{c}m: must be at least {MIN_CPU_MILLIS}m"),
+                ));
+            }
+            if c > 1_000_000_000 {
+                return Err(("resources.limits.cpu", format!("{c}m: too large")));
+            }
+        }
+        if let Some(m) = self.memory_bytes {
+            if m < MIN_MEMORY_BYTES {
+                return Err((
+                    "resources.limits.memory",
+                    format!("{m} bytes: must be at least 4Mi"),
+                ));
+            }
+            if m > i64::MAX as u64 {
+                return Err(("resources.limits.memory", format!("{m} bytes: too large")));
+            }
+        }
+        if let Some(p) = self.pids {
+            if p == 0 || p > i32::MAX as u64 {
+                return Err((
+                    "resources.limits.pids",
+                    format!("{p}: must be 1-{}", i32::MAX),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the process's tree used, from its cgroup.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Highest memory use of the tree seen by the kernel (bytes; page cache included).
+    pub memory_peak_bytes: u64,
+    /// CPU time of the tree, user + system (nanoseconds).
+    pub cpu_nanos: u64,
 }
 
 /// `stop: true` sends the stop sequence (signal to the group, SIGKILL after grace);
@@ -265,6 +337,15 @@ pub struct ProcessRecord {
     pub error: Option<ApiError>,
     #[serde(default)]
     pub output: OutputSummary,
+    /// The root process has exited while other members of its cgroup still run; `exit` comes
+    /// when the last one has ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub root_exited: bool,
+    /// Processes in the tree's cgroup (refreshed while running; 0 at the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     /// Bumped on every write by the supervisor; lets readers drop stale updates.
     #[serde(default)]
     pub revision: u64,
@@ -291,6 +372,9 @@ impl ProcessRecord {
             end_reason: None,
             error: None,
             output: OutputSummary::default(),
+            root_exited: false,
+            processes: None,
+            usage: None,
             revision: 0,
         }
     }

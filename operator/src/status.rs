@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use sandbox_api::crd::{
     condition, EndReason, ErrorCode, ExitStatus, Invalid, OutputStatus, Phase, ProcessError,
-    SandboxProcessSpec, SandboxProcessStatus,
+    SandboxProcessSpec, SandboxProcessStatus, UsageStatus,
 };
 use sandbox_api::wire::{self, ProcessRecord};
 
@@ -245,6 +245,8 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
         started_at: prev.started_at.clone(),
         ready_at: prev.ready_at.clone(),
         output: prev.output.clone(),
+        usage: prev.usage.clone(),
+        processes: prev.processes,
         phase: Some(Phase::Running),
         ..Default::default()
     };
@@ -257,7 +259,15 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
         s.ready_at = parse_time(r.ready_at.as_deref()).or(s.ready_at);
         if r.is_final() || f.output_due || s.output.is_none() {
             s.output = Some(output(&r.output));
+            if let Some(u) = &r.usage {
+                s.usage = Some(UsageStatus {
+                    memory_peak_bytes: u.memory_peak_bytes.min(i64::MAX as u64) as i64,
+                    cpu_time_millis: (u.cpu_nanos / 1_000_000) as i64,
+                });
+            }
+            s.processes = r.processes.map(|n| n.min(i32::MAX as u32) as i32);
         }
+        s.root_exited = r.root_exited && !r.is_final();
     }
 
     // The pod is gone or replaced: the handle is stale — unless the process had already ended on

@@ -195,6 +195,26 @@ fn pure_validation_names_the_field() {
             "podName: web\ncommand: [x]\nreadiness: {tcpSocket: {port: 1}, timeoutSeconds: 9223372036854775807}\n",
             "readiness.timeoutSeconds",
         ),
+        (
+            "podName: web\ncommand: [x]\nresources: {limits: {cpu: 5m}}\n",
+            "resources.limits.cpu",
+        ),
+        (
+            "podName: web\ncommand: [x]\nresources: {limits: {cpu: 1Xi}}\n",
+            "resources.limits.cpu",
+        ),
+        (
+            "podName: web\ncommand: [x]\nresources: {limits: {memory: 1Mi}}\n",
+            "resources.limits.memory",
+        ),
+        (
+            "podName: web\ncommand: [x]\nresources: {limits: {memory: 16Ei}}\n",
+            "resources.limits.memory",
+        ),
+        (
+            "podName: web\ncommand: [x]\nresources: {limits: {pids: 0}}\n",
+            "resources.limits.pids",
+        ),
     ];
     for (yaml, field) in cases {
         let err = spec(yaml).validate().expect_err(yaml);
@@ -204,6 +224,23 @@ fn pure_validation_names_the_field() {
     assert!(minimal().validate().is_ok());
     let at_bound = "podName: web\ncommand: [x]\ntimeoutSeconds: 2147483647\nterminationGracePeriodSeconds: 2147483647\nttlSecondsAfterFinished: 2147483647\n";
     assert!(spec(at_bound).validate().is_ok());
+    let limits = spec(
+        "podName: web\ncommand: [x]\nresources: {limits: {cpu: 200m, memory: 32Mi, pids: 10}}\n",
+    );
+    assert!(limits.validate().is_ok());
+    let req = start_request(&limits, "u", "p", "c").resources.unwrap();
+    assert_eq!(
+        (req.cpu_millis, req.memory_bytes, req.pids),
+        (Some(200), Some(32 << 20), Some(10))
+    );
+    // An integer in YAML is a quantity too.
+    let whole =
+        spec("podName: web\ncommand: [x]\nresources: {limits: {cpu: 2, memory: 67108864}}\n");
+    let req = start_request(&whole, "u", "p", "c").resources.unwrap();
+    assert_eq!(
+        (req.cpu_millis, req.memory_bytes),
+        (Some(2000), Some(64 << 20))
+    );
 }
 
 #[test]
@@ -234,6 +271,10 @@ fn only_stop_and_ttl_are_mutable() {
         (
             "terminationGracePeriodSeconds",
             Box::new(|s| s.termination_grace_period_seconds = 1),
+        ),
+        (
+            "resources",
+            Box::new(|s| s.resources = Some(Default::default())),
         ),
     ];
     for (field, change) in changes {
