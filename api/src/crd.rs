@@ -561,6 +561,11 @@ pub mod condition {
     pub const SUCCEEDED: &str = "Succeeded";
     pub const RECONCILING: &str = "Reconciling";
     pub const STALLED: &str = "Stalled";
+
+    /// Reason of `Ready` (and of `Reconciling`, `Stalled`) when a process with `readiness` ended
+    /// without ever having been ready (`Ready=False`, `Stalled=True`, whatever its exit code;
+    /// `Succeeded` still follows the exit code).
+    pub const EXITED_BEFORE_READY: &str = "ExitedBeforeReady";
 }
 
 impl SandboxProcessStatus {

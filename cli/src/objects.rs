@@ -5,7 +5,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client, Resource, ResourceExt};
-use sandbox_api::crd::{EnvVar, Phase, ProcessError, SandboxProcess, SandboxProcessStatus};
+use sandbox_api::crd::{
+    condition, EnvVar, Phase, ProcessError, SandboxProcess, SandboxProcessStatus,
+};
 use sandbox_api::wire::ProcessRecord;
 use serde::Serialize;
 
@@ -56,11 +58,43 @@ fn is_final(o: &SandboxProcess) -> bool {
     matches!(status(o).phase, Some(Phase::Exited | Phase::Error))
 }
 
+/// `Ready=True`; for a process with `readiness` that has ended, only if it was ever ready
+/// (`readyAt`): an operator from before `ExitedBeforeReady` wrote `Ready=True` for such a process
+/// when it exited with code 0 or was stopped, and a final status is never rewritten.
 fn is_ready(o: &SandboxProcess) -> bool {
-    status(o)
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
+    let s = status(o);
+    let said = s
+        .condition(condition::READY)
+        .is_some_and(|c| c.status == "True");
+    let ended_never_ready = o.spec.readiness.is_some() && s.ready_at.is_none() && is_final(o);
+    said && !ended_never_ready
+}
+
+/// What `wait --for ready` says of the object that ended its wait: nothing when it is ready;
+/// else phase `Error` is [`CliError::Process`] (exit 125), and an exit before it was ever ready
+/// (`Ready=False ExitedBeforeReady`, whatever the exit code) fails naming the Ready condition's
+/// reason and message (exit 1).
+fn ready_outcome(o: &SandboxProcess) -> Result<(), CliError> {
+    if is_ready(o) {
+        return Ok(());
+    }
+    let s = status(o);
+    if let (Some(Phase::Error), Some(error)) = (s.phase, s.error.clone()) {
+        return Err(CliError::Process {
+            name: o.name_any(),
+            error,
+        });
+    }
+    let why = match s.condition(condition::READY) {
+        Some(c) if c.status != "True" && !c.reason.is_empty() => {
+            format!("{}: {}", c.reason, c.message)
+        }
+        _ => "readiness never passed".to_string(),
+    };
+    Err(CliError::Api(format!(
+        "{} ended without becoming ready ({why})",
+        kind_name(&o.name_any())
+    )))
 }
 
 fn print_object<T: Serialize>(o: &T, format: &str) -> Result<(), CliError> {
@@ -237,13 +271,7 @@ pub async fn wait(
                 is_ready(o) || is_final(o)
             })
             .await?;
-            if !is_ready(&o) {
-                exit_code(&o)?;
-                return Err(CliError::Api(format!(
-                    "{} ended without becoming ready",
-                    kind_name(name)
-                )));
-            }
+            ready_outcome(&o)?;
             o
         }
     };
@@ -548,6 +576,69 @@ mod tests {
             assert_eq!(said(serde_json::json!({"phase": running})), None);
         }
         assert_eq!(said(serde_json::json!({})), None, "no status yet");
+    }
+
+    fn with_readiness(status: serde_json::Value) -> SandboxProcess {
+        let mut o = object(status);
+        o.spec.readiness =
+            Some(serde_json::from_value(serde_json::json!({"tcpSocket": {"port": 8080}})).unwrap());
+        o
+    }
+
+    fn ready_cond(status: &str, reason: &str, message: &str) -> serde_json::Value {
+        serde_json::json!([{"type": "Ready", "status": status, "reason": reason,
+            "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+    }
+
+    #[test]
+    fn wait_for_ready_fails_for_a_process_that_ended_before_it_was_ever_ready() {
+        // What the operator writes now: Ready=False ExitedBeforeReady, even for code 0.
+        let o = with_readiness(serde_json::json!({"phase": "Exited", "exit": {"code": 0},
+            "endReason": "Exited", "conditions": ready_cond("False", "ExitedBeforeReady",
+                "exited with code 0 before it was ever ready")}));
+        assert!(!is_ready(&o));
+        let e = ready_outcome(&o).unwrap_err();
+        assert_eq!(e.exit_code(), 1);
+        assert_eq!(
+            e.to_string(),
+            "sandboxprocess.sandbox.dev/p ended without becoming ready \
+             (ExitedBeforeReady: exited with code 0 before it was ever ready)"
+        );
+        // What an older operator wrote for it (Ready=True Succeeded, no readyAt): not ready either.
+        for reason in ["Succeeded", "Stopped"] {
+            let o = with_readiness(serde_json::json!({"phase": "Exited", "exit": {"code": 0},
+                "conditions": ready_cond("True", reason, "exited with code 0")}));
+            assert!(!is_ready(&o), "{reason}");
+            let e = ready_outcome(&o).unwrap_err();
+            assert_eq!(e.exit_code(), 1);
+            assert!(e.to_string().ends_with("(readiness never passed)"), "{e}");
+        }
+        // Phase Error: its error, exit 125.
+        let o = with_readiness(serde_json::json!({"phase": "Error", "podUID": "u",
+            "error": {"code": "StaleProcessHandle", "message": "pod w was deleted"},
+            "conditions": ready_cond("False", "StaleProcessHandle", "pod w was deleted")}));
+        assert_eq!(ready_outcome(&o).unwrap_err().exit_code(), 125);
+    }
+
+    #[test]
+    fn wait_for_ready_passes_for_a_process_that_was_ready() {
+        let running = with_readiness(serde_json::json!({"phase": "Running",
+            "readyAt": "2026-01-01T00:00:01Z", "conditions": ready_cond("True", "Ready", "")}));
+        assert!(is_ready(&running) && ready_outcome(&running).is_ok());
+        // Ready, then ended with code 0 or stopped: Ready=True stays, as before.
+        for reason in ["Succeeded", "Stopped"] {
+            let o = with_readiness(serde_json::json!({"phase": "Exited", "exit": {"code": 0},
+                "readyAt": "2026-01-01T00:00:01Z", "conditions": ready_cond("True", reason, "")}));
+            assert!(ready_outcome(&o).is_ok(), "{reason}");
+        }
+        // No readiness declared: started = ready, an exit with code 0 is Ready=True.
+        let o = object(serde_json::json!({"phase": "Exited", "exit": {"code": 0},
+            "conditions": ready_cond("True", "Succeeded", "exited with code 0")}));
+        assert!(ready_outcome(&o).is_ok());
+        // Not ready yet, still running: the wait goes on (neither ready nor final).
+        let o = with_readiness(serde_json::json!({"phase": "Running",
+            "conditions": ready_cond("False", "ReadinessPending", "")}));
+        assert!(!is_ready(&o) && !is_final(&o));
     }
 
     #[test]

@@ -177,6 +177,13 @@ enum Outcome {
     Stopped {
         message: String,
     },
+    /// A process with `readiness` ended without ever having been ready: not ready and stalled
+    /// whatever its exit. `succeeded`: the `Succeeded` condition's (status, reason, message),
+    /// which still follows the exit.
+    ExitedBeforeReady {
+        succeeded: (&'static str, String, String),
+        message: String,
+    },
     /// Ended in failure.
     Failed {
         reason: String,
@@ -307,7 +314,7 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
     }
 
     match f.agent {
-        AgentView::Record(r) => Some(from_record(s, r, now)),
+        AgentView::Record(r) => Some(from_record(s, r, f.spec.readiness.is_some(), now)),
         AgentView::NotFound => {
             s.phase = Some(Phase::Error);
             s.end_reason = Some(EndReason::Lost);
@@ -408,6 +415,16 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
     }
     if f.spec.stop {
         let message = "stop was requested before the process started; it was never started";
+        let mut outcome = Outcome::Stopped {
+            message: message.into(),
+        };
+        if f.spec.readiness.is_some() {
+            // Never started, so never ready either: a wait for Ready must not pass.
+            outcome = Outcome::ExitedBeforeReady {
+                succeeded: ("False", "Stopped".into(), message.into()),
+                message: format!("{message}, so it was never ready"),
+            };
+        }
         return (
             SandboxProcessStatus {
                 phase: Some(Phase::Exited),
@@ -415,9 +432,7 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
                 finished_at: Some(now.clone()),
                 ..Default::default()
             },
-            Outcome::Stopped {
-                message: message.into(),
-            },
+            outcome,
         );
     }
     let Some(pod) = f.pod else {
@@ -564,9 +579,11 @@ fn describe_exit(e: &ExitStatus, reason: Option<EndReason>) -> String {
     }
 }
 
+/// `readiness`: the spec declares a readiness check (without one, started = ready).
 fn from_record(
     mut s: SandboxProcessStatus,
     r: &ProcessRecord,
+    readiness: bool,
     now: &Time,
 ) -> (SandboxProcessStatus, Outcome) {
     match r.phase {
@@ -661,8 +678,35 @@ fn from_record(
                     message,
                 },
             };
+            // Ready at some point: the record says so, or an earlier look saw `readyAt`.
+            let ever_ready = r.ready || s.ready_at.is_some();
+            if readiness && !ever_ready {
+                return (s, before_ready(outcome, r.readiness_timed_out));
+            }
             (s, outcome)
         }
+    }
+}
+
+/// The end of a process with `readiness` that was never ready: `Ready=False` and `Stalled=True`
+/// with reason `ExitedBeforeReady`, whatever the exit code (so `kubectl wait
+/// --for=condition=Ready` does not pass for a server that never listened); `Succeeded` as `end`
+/// says.
+fn before_ready(end: Outcome, readiness_timed_out: bool) -> Outcome {
+    let (succeeded, how) = match end {
+        Outcome::Succeeded { message, .. } => (("True", "Succeeded".to_string()), message),
+        Outcome::Stopped { message } => (("False", "Stopped".to_string()), message),
+        Outcome::Failed { reason, message } => (("False", reason), message),
+        other => return other,
+    };
+    let timed_out = if readiness_timed_out {
+        " (readiness had timed out)"
+    } else {
+        ""
+    };
+    Outcome::ExitedBeforeReady {
+        message: format!("{how} before it was ever ready{timed_out}"),
+        succeeded: (succeeded.0, succeeded.1, how),
     }
 }
 
@@ -710,6 +754,15 @@ fn condition_values(o: &Outcome) -> [(&'static str, &'static str, String, String
             t(RECONCILING, "False", "Stopped", message),
             t(STALLED, "False", "Stopped", "stopped on request"),
         ],
+        Outcome::ExitedBeforeReady { succeeded, message } => {
+            let (status, reason, exit) = succeeded;
+            [
+                t(READY, "False", EXITED_BEFORE_READY, message),
+                t(SUCCEEDED, status, reason, exit),
+                t(RECONCILING, "False", EXITED_BEFORE_READY, message),
+                t(STALLED, "True", EXITED_BEFORE_READY, message),
+            ]
+        }
         Outcome::Failed { reason, message } => [
             t(READY, "False", reason, message),
             t(SUCCEEDED, "False", reason, message),
@@ -766,7 +819,7 @@ fn truncate(mut s: String, max: usize) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Note {
     pub warning: bool,
-    /// Started, Ready, Exited, Failed, Stopped, Stale.
+    /// Started, Ready, Exited, ExitedBeforeReady, Failed, Stopped, Stale.
     pub reason: &'static str,
     pub message: String,
 }
@@ -821,6 +874,11 @@ pub fn transitions(prev: &SandboxProcessStatus, next: &SandboxProcessStatus) -> 
                     .map(|e| e.message.clone())
                     .unwrap_or_default(),
             ));
+        } else if let Some(c) = next
+            .condition(condition::READY)
+            .filter(|c| c.reason == condition::EXITED_BEFORE_READY)
+        {
+            notes.push(note(true, "ExitedBeforeReady", c.message.clone()));
         } else if next.end_reason == Some(EndReason::Stopped) {
             notes.push(note(false, "Stopped", message));
         } else if succeeded {

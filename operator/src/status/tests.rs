@@ -90,6 +90,13 @@ impl Case {
         self.prev = p;
         self
     }
+    /// The spec declares a readiness check (a TCP port).
+    fn readiness(mut self) -> Case {
+        self.spec.readiness = Some(
+            serde_json::from_str(r#"{"tcpSocket":{"port":8080},"timeoutSeconds":5}"#).unwrap(),
+        );
+        self
+    }
     fn at(mut self, s: i64) -> Case {
         self.now = t(s);
         self
@@ -454,6 +461,238 @@ fn stop_before_start_never_starts() {
     assert!(is_final(&s));
 }
 
+/// (status, reason) of Ready, Succeeded, Reconciling, Stalled for a process with readiness that
+/// ended before it was ever ready, `Succeeded` being (status, reason).
+fn before_ready(succeeded: (&str, &str)) -> [(String, String); 4] {
+    [
+        c("False", "ExitedBeforeReady"),
+        c(succeeded.0, succeeded.1),
+        c("False", "ExitedBeforeReady"),
+        c("True", "ExitedBeforeReady"),
+    ]
+}
+
+#[test]
+fn exit_zero_before_ever_ready_is_not_ready_and_stalled() {
+    // Still probing when it exited (a server that never listened).
+    let running = Case::new()
+        .readiness()
+        .record(record(wire::Phase::Running))
+        .run();
+    assert_eq!(cond(&running, condition::READY).reason, "ReadinessPending");
+    let s = Case::new()
+        .readiness()
+        .prev(running)
+        .record(exited(0, None, wire::EndReason::Exited))
+        .run();
+    assert_eq!(s.phase, Some(Phase::Exited));
+    assert_eq!(s.exit.as_ref().unwrap().code, 0);
+    assert_eq!(s.end_reason, Some(EndReason::Exited));
+    assert!(s.ready_at.is_none());
+    assert_eq!(conds(&s), before_ready(("True", "Succeeded")));
+    assert_eq!(
+        cond(&s, condition::READY).message,
+        "exited with code 0 before it was ever ready"
+    );
+    assert_eq!(
+        cond(&s, condition::STALLED).message,
+        "exited with code 0 before it was ever ready"
+    );
+    // Succeeded still says how it exited.
+    assert_eq!(cond(&s, condition::SUCCEEDED).message, "exited with code 0");
+    assert!(is_final(&s));
+    // Ended between two looks (never seen running): the same.
+    let s = Case::new()
+        .readiness()
+        .record(exited(0, None, wire::EndReason::Exited))
+        .run();
+    assert_eq!(conds(&s), before_ready(("True", "Succeeded")));
+}
+
+#[test]
+fn failure_before_ever_ready_is_exited_before_ready_and_succeeded_follows_the_exit() {
+    for (rec, succeeded) in [
+        (exited(3, None, wire::EndReason::Exited), "NonZeroExit"),
+        (exited(137, Some(9), wire::EndReason::Signaled), "Signaled"),
+        (exited(143, Some(15), wire::EndReason::TimedOut), "TimedOut"),
+        (exited(0, None, wire::EndReason::TimedOut), "TimedOut"),
+        (
+            exited(137, Some(9), wire::EndReason::OOMKilled),
+            "OOMKilled",
+        ),
+    ] {
+        let end = rec.end_reason;
+        let s = Case::new().readiness().record(rec).run();
+        assert_eq!(s.phase, Some(Phase::Exited), "{end:?}");
+        assert_eq!(conds(&s), before_ready(("False", succeeded)), "{end:?}");
+    }
+    let s = Case::new()
+        .readiness()
+        .record(exited(3, None, wire::EndReason::Exited))
+        .run();
+    assert_eq!(s.exit.as_ref().unwrap().code, 3);
+    assert_eq!(
+        cond(&s, condition::READY).message,
+        "exited with code 3 before it was ever ready"
+    );
+    assert_eq!(cond(&s, condition::SUCCEEDED).message, "exited with code 3");
+    let s = Case::new()
+        .readiness()
+        .record(exited(143, Some(15), wire::EndReason::TimedOut))
+        .run();
+    assert_eq!(
+        cond(&s, condition::STALLED).message,
+        "timed out; killed by signal 15 (code 143) before it was ever ready"
+    );
+}
+
+#[test]
+fn exit_after_readiness_timed_out_is_exited_before_ready() {
+    let mut r = record(wire::Phase::Running);
+    r.readiness_timed_out = true;
+    let timed_out = Case::new().readiness().record(r).run();
+    assert_eq!(
+        cond(&timed_out, condition::READY).reason,
+        "ReadinessTimeout"
+    );
+    for (code, succeeded) in [(0, ("True", "Succeeded")), (1, ("False", "NonZeroExit"))] {
+        let mut r = exited(code, None, wire::EndReason::Exited);
+        r.readiness_timed_out = true;
+        let s = Case::new()
+            .readiness()
+            .prev(timed_out.clone())
+            .record(r)
+            .at(5)
+            .run();
+        assert_eq!(conds(&s), before_ready(succeeded), "code {code}");
+        assert_eq!(
+            cond(&s, condition::READY).message,
+            format!("exited with code {code} before it was ever ready (readiness had timed out)")
+        );
+        // Stalled was already True (ReadinessTimeout): its transition time stays; Reconciling
+        // was False already too.
+        assert_eq!(cond(&s, condition::STALLED).last_transition_time, t(0));
+        assert_eq!(cond(&s, condition::READY).last_transition_time, t(0));
+        assert_eq!(cond(&s, condition::SUCCEEDED).last_transition_time, t(5));
+    }
+}
+
+#[test]
+fn stop_before_ever_ready_is_exited_before_ready() {
+    let s = Case::new()
+        .readiness()
+        .record(exited(143, Some(15), wire::EndReason::Stopped))
+        .run();
+    assert_eq!(s.end_reason, Some(EndReason::Stopped));
+    assert_eq!(conds(&s), before_ready(("False", "Stopped")));
+    assert_eq!(
+        cond(&s, condition::READY).message,
+        "stopped on request; killed by signal 15 (code 143) before it was ever ready"
+    );
+    // It handled the stop signal and exited 0: Succeeded follows the code.
+    let s = Case::new()
+        .readiness()
+        .record(exited(0, None, wire::EndReason::Stopped))
+        .run();
+    assert_eq!(conds(&s), before_ready(("True", "Succeeded")));
+    // Stopped before it was even started: never ready either.
+    let mut case = Case::new().readiness();
+    case.spec.stop = true;
+    let s = case.run();
+    assert_eq!(s.phase, Some(Phase::Exited));
+    assert!(s.exit.is_none());
+    assert_eq!(conds(&s), before_ready(("False", "Stopped")));
+    assert!(cond(&s, condition::READY)
+        .message
+        .ends_with("so it was never ready"));
+    assert!(is_final(&s));
+}
+
+#[test]
+fn ready_then_exited_is_unchanged_by_readiness() {
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    r.ready_at = Some("2027-01-15T08:00:02Z".into());
+    let ready = Case::new().readiness().record(r).run();
+    assert_eq!(cond(&ready, condition::READY).reason, "Ready");
+    let ended = |code: i32, reason: wire::EndReason, prev: &SandboxProcessStatus| {
+        let mut r = exited(code, (code > 128).then_some(code - 128), reason);
+        r.ready = true;
+        r.ready_at = Some("2027-01-15T08:00:02Z".into());
+        Case::new().readiness().prev(prev.clone()).record(r).run()
+    };
+    let s = ended(0, wire::EndReason::Exited, &ready);
+    assert_eq!(
+        conds(&s),
+        [
+            c("True", "Succeeded"),
+            c("True", "Succeeded"),
+            c("False", "Succeeded"),
+            c("False", "Succeeded"),
+        ]
+    );
+    assert_eq!(
+        s.ready_at.as_ref().unwrap().0.to_string(),
+        "2027-01-15T08:00:02Z"
+    );
+    let s = ended(3, wire::EndReason::Exited, &ready);
+    assert_eq!(cond(&s, condition::READY).reason, "NonZeroExit");
+    let s = ended(143, wire::EndReason::Stopped, &ready);
+    assert_eq!(cond(&s, condition::READY).status, "True");
+    assert_eq!(cond(&s, condition::READY).reason, "Stopped");
+    assert_eq!(cond(&s, condition::STALLED).status, "False");
+    // Seen ready by an earlier look (`readyAt` stored) is ready, whatever the last record says.
+    let mut r = exited(0, None, wire::EndReason::Exited);
+    r.ready = false;
+    let s = Case::new().readiness().prev(ready.clone()).record(r).run();
+    assert_eq!(cond(&s, condition::READY).reason, "Succeeded");
+}
+
+#[test]
+fn without_readiness_an_early_exit_is_not_exited_before_ready() {
+    // No readiness declared: started = ready, even if the record never said ready.
+    for rec in [
+        exited(0, None, wire::EndReason::Exited),
+        exited(143, Some(15), wire::EndReason::Stopped),
+    ] {
+        let s = Case::new().record(rec).run();
+        assert_eq!(cond(&s, condition::READY).status, "True");
+        assert_eq!(cond(&s, condition::STALLED).status, "False");
+    }
+    let mut case = Case::new();
+    case.spec.stop = true;
+    assert_eq!(cond(&case.run(), condition::READY).reason, "Stopped");
+}
+
+#[test]
+fn errors_before_ever_ready_keep_their_error_reason() {
+    // A failed start, the pod deleted, the container exited: the error is the reason.
+    let mut r = record(wire::Phase::Error);
+    r.error = Some(ApiError {
+        code: wire::ErrorCode::ProcessSpawnFailed,
+        message: "exec: not found".into(),
+    });
+    r.finished_at = r.started_at.clone();
+    let s = Case::new().readiness().record(r).run();
+    assert_eq!(cond(&s, condition::READY).reason, "ProcessSpawnFailed");
+    let running = Case::new()
+        .readiness()
+        .record(record(wire::Phase::Running))
+        .run();
+    let s = Case::new()
+        .readiness()
+        .prev(running.clone())
+        .pod(None)
+        .run();
+    assert_eq!(cond(&s, condition::READY).reason, "StaleProcessHandle");
+    let s = Case::new()
+        .readiness()
+        .prev(running)
+        .record(exited(137, Some(9), wire::EndReason::ContainerExited))
+        .run();
+    assert_eq!(cond(&s, condition::READY).reason, "StaleProcessHandle");
+}
+
 fn running_status() -> SandboxProcessStatus {
     let mut r = record(wire::Phase::Running);
     r.ready = true;
@@ -799,6 +1038,24 @@ fn events_announce_each_transition_once() {
     assert_eq!(names(&transitions(&ready, &stopped)), ["Stopped"]);
     let stale = Case::new().prev(ready.clone()).pod(None).run();
     assert_eq!(names(&transitions(&ready, &stale)), ["Stale"]);
+    // Readiness declared and never passed: a warning, whatever the exit code.
+    let probing = Case::new()
+        .readiness()
+        .prev(pending.clone())
+        .record(record(wire::Phase::Running))
+        .run();
+    let early = Case::new()
+        .readiness()
+        .prev(probing.clone())
+        .record(exited(0, None, wire::EndReason::Exited))
+        .run();
+    let notes = transitions(&probing, &early);
+    assert_eq!(names(&notes), ["ExitedBeforeReady"]);
+    assert!(notes[0].warning);
+    assert_eq!(
+        notes[0].message,
+        "exited with code 0 before it was ever ready"
+    );
     // Started and ended between two looks: both announced.
     let quick = Case::new()
         .prev(pending.clone())

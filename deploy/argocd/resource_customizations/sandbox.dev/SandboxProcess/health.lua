@@ -4,6 +4,8 @@
 --   Pending, Running not yet Ready                  -> Progressing
 --   Running and Ready                               -> Healthy
 --   Exited with code 0, or stopped on request       -> Healthy
+--   Ended before it was ever ready (readiness
+--     declared, ExitedBeforeReady), whatever code  -> Degraded
 --   Exited non-zero, killed, timed out, OOMKilled   -> Degraded
 --   Error (ContainerNotFound, StaleProcessHandle,
 --     AgentUnavailable, ProcessLost, ...)           -> Degraded
@@ -63,12 +65,35 @@ if phase == "Error" then
   return hs
 end
 
+local function with_output(message)
+  if st.output ~= nil and st.output.tail ~= nil and st.output.tail ~= "" then
+    local tail = st.output.tail
+    if string.len(tail) > 200 then
+      tail = "..." .. string.sub(tail, -200)
+    end
+    return message .. "; output: " .. tail
+  end
+  return message
+end
+
 if phase == "Exited" then
   local code = "?"
   if st.exit ~= nil and st.exit.code ~= nil then
     code = tostring(st.exit.code)
   end
-  if succeeded ~= nil and succeeded.status == "True" then
+  -- A process with readiness that ended before it was ever ready (a server that never listened),
+  -- whatever its exit code. An operator from before ExitedBeforeReady wrote Ready=True Succeeded
+  -- for it on code 0: no readyAt tells the same.
+  local before_ready = ready ~= nil and ready.reason == "ExitedBeforeReady"
+  local never_ready = obj.spec ~= nil and obj.spec.readiness ~= nil and st.readyAt == nil
+  if before_ready or never_ready then
+    hs.status = "Degraded"
+    if before_ready then
+      hs.message = with_output(said(ready, "ExitedBeforeReady"))
+    else
+      hs.message = with_output("ExitedBeforeReady: exit code " .. code .. " before it was ever ready")
+    end
+  elseif succeeded ~= nil and succeeded.status == "True" then
     hs.status = "Healthy"
     hs.message = "Exited with code 0"
   elseif ready ~= nil and ready.status == "True" then
@@ -78,14 +103,7 @@ if phase == "Exited" then
   else
     hs.status = "Degraded"
     local why = st.endReason or "Exited"
-    hs.message = why .. " with exit code " .. code
-    if st.output ~= nil and st.output.tail ~= nil and st.output.tail ~= "" then
-      local tail = st.output.tail
-      if string.len(tail) > 200 then
-        tail = "..." .. string.sub(tail, -200)
-      end
-      hs.message = hs.message .. "; output: " .. tail
-    end
+    hs.message = with_output(why .. " with exit code " .. code)
   end
   return hs
 end
