@@ -3,10 +3,13 @@
 //!   cargo bench -p sandbox-agent --bench agentbench            (as root; needs runc, busybox-static)
 //!   AGENTBENCH_PROCS=1000 AGENTBENCH_ROUNDS=40 ... to change sizes
 //!
-//! 1. start → running: agent API call vs bare `runc exec -d` of the same argv.
+//! 1. start → running: agent API call vs bare `runc exec -d` of the same argv, and the part of it
+//!    that is the process's own cgroup (mkdir in every hierarchy + `runc exec --cgroup`).
 //! 2. exit → record visible to a /v1/watch client, from the moment the process exits (pidfd).
 //! 3. log capture from a fast writer vs a raw pipe → file copy of the same bytes.
 //! 4. supervisor RSS/PSS with N concurrent sleeping processes, all supervised without error.
+//! 5. stop of a 100-process tree until its cgroup is empty: agent stop (TERM to every member of
+//!    the cgroup) vs `kill(-pgid, TERM)` of the same bare tree.
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -57,9 +60,34 @@ async fn main() {
         serde_json::from_slice(&std::fs::read(ctr.bundle.join("config.json")).unwrap()).unwrap();
     process["process"]["args"] = json!(["sleep", "30"]);
     std::fs::write(&spec, serde_json::to_vec(&process["process"]).unwrap()).unwrap();
-    let (mut bare, mut via_agent) = (Vec::new(), Vec::new());
+    let (mut bare, mut via_agent, mut bare_cg) = (Vec::new(), Vec::new(), Vec::new());
     let mut started = Vec::new();
+    let dirs =
+        sandbox_agent::cgroup::container_dirs(runc_root.to_str().unwrap(), &ctr.id, ctr.init_pid())
+            .unwrap();
+    let mut bench_cgroups = Vec::new();
     for i in 0..rounds {
+        let pidf = base.join(format!("bare-cg-{i}.pid"));
+        let t = Instant::now();
+        let cg =
+            sandbox_agent::cgroup::ProcessCgroup::create(&dirs, &format!("bench-{i}")).unwrap();
+        let st = Command::new(runc())
+            .arg("--root")
+            .arg(&runc_root)
+            .args(["exec", "-d", "--cgroup", &cg.name, "--pid-file"])
+            .arg(&pidf)
+            .arg("--process")
+            .arg(&spec)
+            .arg(&ctr.id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        bare_cg.push(t.elapsed().as_secs_f64() * 1e3);
+        assert!(st.success());
+        bench_cgroups.push(cg);
+
         let pidf = base.join(format!("bare-{i}.pid"));
         let t = Instant::now();
         let st = Command::new(runc())
@@ -84,8 +112,16 @@ async fn main() {
         assert_eq!(r.phase, Phase::Running);
         started.push(r.exec_id);
     }
-    let (mb, ma) = (median(&mut bare), median(&mut via_agent));
+    let (mb, ma, mc) = (
+        median(&mut bare),
+        median(&mut via_agent),
+        median(&mut bare_cg),
+    );
     println!("| start → running (median of {rounds}) | bare runc exec -d {mb:.1} ms | agent {ma:.1} ms | overhead {:.1} ms ({:.2}×) |", ma - mb, ma / mb);
+    println!("| own cgroup at start (median of {rounds}) | bare runc exec -d {mb:.1} ms | mkdir + runc exec -d --cgroup {mc:.1} ms | cgroup part {:.1} ms |", mc - mb);
+    for cg in &bench_cgroups {
+        let _ = cg.kill_all();
+    }
     for id in &started {
         let _ = agent
             .post(&format!("/v1/processes/{id}/signal"), &json!({"signal": 9}))
@@ -319,6 +355,95 @@ async fn main() {
     }
     println!("| stop all {procs} | {stopped} ended Stopped |");
     assert_eq!(stopped, procs);
+    for cg in &bench_cgroups {
+        cg.remove();
+    }
+
+    // 5. Stop of a 100-process tree until the cgroup is empty.
+    let tree = "i=0; while [ $i -lt 100 ]; do sleep 300 & i=$((i+1)); done; wait";
+    let ctr5 = Container::start(&base, &runc_root, 0);
+    let dirs5 = sandbox_agent::cgroup::container_dirs(
+        runc_root.to_str().unwrap(),
+        &ctr5.id,
+        ctr5.init_pid(),
+    )
+    .unwrap();
+    let (mut killpg, mut via_stop, mut to_record) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..5 {
+        // Baseline: the bare tree in a cgroup of its own, ended by signalling its process group.
+        let cg = sandbox_agent::cgroup::ProcessCgroup::create(&dirs5, &format!("bench-tree-{i}"))
+            .unwrap();
+        let pidf = base.join(format!("tree-{i}.pid"));
+        let st = Command::new(runc())
+            .arg("--root")
+            .arg(&runc_root)
+            .args(["exec", "-d", "--cgroup", &cg.name, "--pid-file"])
+            .arg(&pidf)
+            .arg(&ctr5.id)
+            .args(["sh", "-c", tree])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        wait_members(|| cg.members().len(), 101);
+        let pgid: i32 = std::fs::read_to_string(&pidf)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let t = Instant::now();
+        // SAFETY: kill(2) of the tree's process group (pgid > 1, read from runc's pid file).
+        assert_eq!(unsafe { libc::kill(-pgid, libc::SIGTERM) }, 0);
+        while !cg.is_empty() {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        killpg.push(t.elapsed().as_secs_f64() * 1e3);
+        cg.remove();
+
+        let r = agent.start(&req(&ctr5, &["sh", "-c", tree])).await.unwrap();
+        let events = dirs5[""]
+            .join(format!("sandbox-{}", r.exec_id))
+            .join("cgroup.events");
+        let procs_file = events.with_file_name("cgroup.procs");
+        let count = || {
+            std::fs::read_to_string(&procs_file)
+                .map(|t| t.lines().count())
+                .unwrap_or(0)
+        };
+        wait_members(count, 101);
+        let t = Instant::now();
+        let (s, _) = agent
+            .signal(&r.exec_id, json!({"stop": true, "graceSeconds": 5}))
+            .await;
+        assert_eq!(s, 200);
+        while std::fs::read_to_string(&events).is_ok_and(|e| e.contains("populated 1")) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        via_stop.push(t.elapsed().as_secs_f64() * 1e3);
+        let done = agent.wait_final(&r.exec_id, Duration::from_secs(30)).await;
+        to_record.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(done.end_reason, Some(sandbox_api::wire::EndReason::Stopped));
+    }
+    println!(
+        "| stop of a 100-process tree → cgroup empty (median of 5) | kill(-pgid, TERM) {:.1} ms | agent stop {:.1} ms | final record {:.1} ms |",
+        median(&mut killpg),
+        median(&mut via_stop),
+        median(&mut to_record)
+    );
+}
+
+fn wait_members(count: impl Fn() -> usize, n: usize) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while count() < n {
+        assert!(
+            Instant::now() < until,
+            "tree of {n} not started: {}",
+            count()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn pidfd(pid: i32) -> OwnedFd {

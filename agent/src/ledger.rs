@@ -252,6 +252,11 @@ impl LedgerWriter {
         self.end.offset
     }
 
+    /// The position just after everything appended so far (a cursor there resumes after it).
+    pub fn end_pos(&self) -> Pos {
+        self.end
+    }
+
     /// Oldest retained offset.
     pub fn first(&self) -> u64 {
         self.retained[0].start.offset

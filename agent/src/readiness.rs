@@ -148,38 +148,66 @@ impl LogMatcher {
         }
     }
 
-    /// Feeds output; true once a complete line matches.
-    pub fn feed(&mut self, stream: Stream, data: &[u8]) -> bool {
+    /// Feeds output; `Some` once a complete line matches: the line and where in `data` it
+    /// ends (just after its newline), so the output can be cut there for a resumable cursor.
+    pub fn feed(&mut self, stream: Stream, data: &[u8]) -> Option<LineMatch> {
         if !self.wanted(stream) {
-            return false;
+            return None;
         }
         let buf = &mut self.partial[stream as usize - 1];
-        let mut rest = data;
-        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
-            buf.extend_from_slice(&rest[..nl]);
-            let hit = self.re.is_match(&String::from_utf8_lossy(buf));
+        let mut at = 0;
+        while let Some(nl) = data[at..].iter().position(|&b| b == b'\n') {
+            buf.extend_from_slice(&data[at..at + nl]);
+            at += nl + 1;
+            let line = String::from_utf8_lossy(buf).into_owned();
             buf.clear();
-            if hit {
-                return true;
+            if self.re.is_match(&line) {
+                return Some(LineMatch {
+                    line: shorten(line),
+                    end: at,
+                });
             }
-            rest = &rest[nl + 1..];
         }
-        buf.extend_from_slice(rest);
+        buf.extend_from_slice(&data[at..]);
         if buf.len() > MAX_PARTIAL {
             let cut = buf.len() - MAX_PARTIAL;
             buf.drain(..cut);
         }
-        false
+        None
     }
 
     /// The stream was closed: its last line, if it had no newline, is complete now.
-    pub fn eof(&mut self, stream: Stream) -> bool {
+    pub fn eof(&mut self, stream: Stream) -> Option<String> {
         if !self.wanted(stream) {
-            return false;
+            return None;
         }
         let buf = std::mem::take(&mut self.partial[stream as usize - 1]);
-        !buf.is_empty() && self.re.is_match(&String::from_utf8_lossy(&buf))
+        let line = String::from_utf8_lossy(&buf).into_owned();
+        (!buf.is_empty() && self.re.is_match(&line)).then(|| shorten(line))
     }
+}
+
+/// A `logMatch` hit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineMatch {
+    /// The matched line (without its newline), at most [`MATCHED_LINE_MAX`] bytes.
+    pub line: String,
+    /// Index in the fed chunk just after the line's newline.
+    pub end: usize,
+}
+
+/// Longest matched line kept in the record and status.
+pub const MATCHED_LINE_MAX: usize = 256;
+
+fn shorten(mut line: String) -> String {
+    if line.len() > MATCHED_LINE_MAX {
+        let mut cut = MATCHED_LINE_MAX;
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        line.truncate(cut);
+    }
+    line
 }
 
 #[cfg(test)]
@@ -190,26 +218,54 @@ mod tests {
     #[test]
     fn log_matcher_lines_streams_and_partials() {
         let mut m = LogMatcher::new("ready on [0-9]+", LogStream::Stderr).unwrap();
-        assert!(!m.feed(Stream::Stdout, b"ready on 80\n"), "stdout ignored");
-        assert!(!m.feed(Stream::Stderr, b"starting\nready o"));
-        assert!(m.feed(Stream::Stderr, b"n 8080\n"));
+        assert!(
+            m.feed(Stream::Stdout, b"ready on 80\n").is_none(),
+            "stdout ignored"
+        );
+        assert!(m.feed(Stream::Stderr, b"starting\nready o").is_none());
+        assert_eq!(
+            m.feed(Stream::Stderr, b"n 8080\nmore\n"),
+            Some(LineMatch {
+                line: "ready on 8080".into(),
+                end: 7
+            }),
+            "the line, and where it ends in this chunk"
+        );
+        let mut m = LogMatcher::new("x", LogStream::Both).unwrap();
+        let long = format!("{}\n", "é".repeat(300));
+        let hit = m.feed(Stream::Stdout, format!("{long}x").as_bytes());
+        assert!(
+            hit.is_none(),
+            "no x in the first line; the second is not complete"
+        );
+        assert_eq!(m.eof(Stream::Stdout).as_deref(), Some("x"));
+        let mut m = LogMatcher::new("é", LogStream::Both).unwrap();
+        let hit = m.feed(Stream::Stdout, long.as_bytes()).unwrap();
+        assert_eq!(
+            (hit.line.len(), hit.end),
+            (256, 601),
+            "cut at a character boundary"
+        );
     }
 
     #[test]
     fn log_matcher_waits_for_the_end_of_a_line() {
         // `printf 'port=80'; sleep 2; printf '80\n'`: the line is port=8080.
         let mut m = LogMatcher::new("^port=80$", LogStream::Both).unwrap();
-        assert!(!m.feed(Stream::Stdout, b"port=80"), "partial line matched");
-        assert!(!m.feed(Stream::Stdout, b"80\n"));
-        assert!(!m.eof(Stream::Stdout));
+        assert!(
+            m.feed(Stream::Stdout, b"port=80").is_none(),
+            "partial line matched"
+        );
+        assert!(m.feed(Stream::Stdout, b"80\n").is_none());
+        assert!(m.eof(Stream::Stdout).is_none());
         // A last line without a newline counts once its stream is closed.
         let mut m = LogMatcher::new("^go$", LogStream::Both).unwrap();
-        assert!(!m.feed(Stream::Stdout, b"go"));
-        assert!(!m.eof(Stream::Stderr), "the other stream's end");
-        assert!(m.eof(Stream::Stdout));
+        assert!(m.feed(Stream::Stdout, b"go").is_none());
+        assert!(m.eof(Stream::Stderr).is_none(), "the other stream's end");
+        assert_eq!(m.eof(Stream::Stdout).as_deref(), Some("go"));
         let mut m = LogMatcher::new("^go$", LogStream::Stderr).unwrap();
-        assert!(!m.feed(Stream::Stdout, b"go"));
-        assert!(!m.eof(Stream::Stdout), "stream not selected");
+        assert!(m.feed(Stream::Stdout, b"go").is_none());
+        assert!(m.eof(Stream::Stdout).is_none(), "stream not selected");
     }
 
     #[test]

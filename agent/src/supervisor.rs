@@ -515,6 +515,24 @@ impl Supervisor {
         } else {
             Stream::Stderr
         };
+        let hit = match self.matcher.as_mut() {
+            Some(m) if !self.rec.ready && !self.rec.readiness_timed_out => m.feed(stream, data),
+            _ => None,
+        };
+        let Some(hit) = hit else {
+            return self.append_output(stream, data);
+        };
+        // Cut the output after the matched line so a cursor can point just past it.
+        self.append_output(stream, &data[..hit.end])?;
+        let after = self.ledger.end_pos();
+        self.mark_ready_on(hit.line, after)?;
+        if hit.end < data.len() {
+            self.append_output(stream, &data[hit.end..])?;
+        }
+        Ok(())
+    }
+
+    fn append_output(&mut self, stream: Stream, data: &[u8]) -> std::io::Result<()> {
         self.ledger.append(stream, now_nanos(), data)?;
         match stream {
             Stream::Stdout => self.rec.output.stdout_bytes += data.len() as u64,
@@ -527,14 +545,15 @@ impl Supervisor {
         if self.dirty_since.is_none() {
             self.dirty_since = Some(Instant::now());
         }
-        if !self.rec.ready && !self.rec.readiness_timed_out {
-            if let Some(m) = self.matcher.as_mut() {
-                if m.feed(stream, data) {
-                    self.mark_ready()?;
-                }
-            }
-        }
         Ok(())
+    }
+
+    fn mark_ready_on(&mut self, line: String, after: crate::ledger::Pos) -> std::io::Result<()> {
+        self.rec.log_match = Some(sandbox_api::wire::LogMatchHit {
+            line,
+            cursor: crate::ledger::encode_cursor(self.id.as_str(), after),
+        });
+        self.mark_ready()
     }
 
     /// A stream closed: a last line without a newline is complete now (logMatch).
@@ -546,10 +565,9 @@ impl Supervisor {
             Stream::Stderr
         };
         if !self.rec.ready && !self.rec.readiness_timed_out {
-            if let Some(m) = self.matcher.as_mut() {
-                if m.eof(stream) {
-                    self.mark_ready()?;
-                }
+            if let Some(line) = self.matcher.as_mut().and_then(|m| m.eof(stream)) {
+                let after = self.ledger.end_pos();
+                self.mark_ready_on(line, after)?;
             }
         }
         Ok(())

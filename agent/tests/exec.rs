@@ -498,7 +498,8 @@ async fn readiness_log_match() {
         &[
             "sh",
             "-c",
-            "echo booting; sleep 0.5; echo 'listening on port 9000' >&2; sleep 100",
+            // One write holds the matching line and the next: the cursor still falls between them.
+            "echo booting; sleep 0.5; printf 'listening on port 9000\\nafter the match\\n' >&2; sleep 100",
         ],
     );
     q.readiness = readiness(
@@ -511,6 +512,17 @@ async fn readiness_log_match() {
     let r = f.agent.start(&q).await.unwrap();
     let r = f.agent.wait_for(&r.exec_id, T, "ready", |r| r.ready).await;
     assert!(r.output.tail.contains("listening"));
+    let hit = r.log_match.clone().expect("the matched line is recorded");
+    assert_eq!(hit.line, "listening on port 9000");
+    let after = f
+        .agent
+        .logs(&r.exec_id, &format!("since={}", hit.cursor))
+        .await;
+    assert_eq!(
+        text(&after, None),
+        "after the match\n",
+        "resumes right after the match"
+    );
 
     let mut q = req(&f.ctr, &["sleep", "100"]);
     q.readiness = readiness(

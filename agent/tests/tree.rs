@@ -366,3 +366,96 @@ async fn a_lost_supervisor_leaves_no_process_behind() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The node layouts this machine does not have, on its real kernel: the same container's
+/// cgroups with only the v1 hierarchies (pure v1: membership from `cgroup.procs`, kill by
+/// freeze + SIGKILL + thaw), and with only the v2 one (pure v2: `cgroup.events`, `cgroup.kill`;
+/// a limit needs a controller the container's cgroup cannot delegate while it holds processes).
+#[test]
+fn pure_v1_and_pure_v2_layouts_on_this_kernel() {
+    use sandbox_agent::cgroup::{container_dirs, ProcessCgroup};
+    require_root();
+    let base = base_dir("tree");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let all = container_dirs(runc_root.to_str().unwrap(), &ctr.id, ctr.init_pid()).unwrap();
+    assert!(
+        all.contains_key("") && all.contains_key("freezer"),
+        "{all:?}"
+    );
+    // runc joins every hierarchy it knows, so the tree is started on the host: a shell that
+    // enters the cgroup's directories itself, then becomes the tree (children inherit them).
+    let run_tree = |cg: &ProcessCgroup| {
+        let mut cmd = std::process::Command::new("/bin/busybox");
+        cmd.args(["sh", "-c"])
+            .arg("for f in \"$@\"; do echo $$ > \"$f\"; done; exec /bin/busybox sh -c \"/bin/busybox setsid /bin/busybox sleep 300 & /bin/busybox sleep 300 & trap '' TERM; /bin/busybox sleep 300\"")
+            .arg("sh")
+            .args(cg.dirs.iter().map(|(_, d)| d.join("cgroup.procs")))
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    for (layout, keep_v2) in [("v1", false), ("v2", true)] {
+        let dirs = all
+            .iter()
+            .filter(|(k, _)| k.is_empty() == keep_v2)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let cg = ProcessCgroup::create(&dirs, &format!("sandbox-{}", uniq(layout))).unwrap();
+        assert_eq!(cg.events_file().is_some(), keep_v2, "{layout}");
+        assert!(cg.is_empty(), "{layout}: new and empty");
+        let mut root = run_tree(&cg);
+        let until = Instant::now() + Duration::from_secs(5);
+        while cg.members().len() < 3 {
+            assert!(Instant::now() < until, "{layout}: {:?}", cg.members());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!cg.is_empty(), "{layout}");
+        let t = Instant::now();
+        cg.kill_all().unwrap();
+        while !cg.is_empty() {
+            assert!(
+                t.elapsed() < Duration::from_secs(2),
+                "{layout}: {:?}",
+                cg.members()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = root.wait();
+        if keep_v2 {
+            let e = cg
+                .apply(&ResourceLimits {
+                    memory_bytes: Some(64 << 20),
+                    ..Default::default()
+                })
+                .unwrap_err();
+            assert_eq!(e.field, "resources.limits.memory");
+            assert!(e.message.contains("memory controller"), "{e}");
+        } else {
+            cg.apply(&ResourceLimits {
+                memory_bytes: Some(64 << 20),
+                cpu_millis: Some(500),
+                pids: Some(20),
+            })
+            .unwrap();
+            let file = |h: &str, f: &str| {
+                let d = &cg.dirs.iter().find(|(k, _)| k == h).unwrap().1;
+                std::fs::read_to_string(d.join(f))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            };
+            assert_eq!(
+                file("memory", "memory.limit_in_bytes"),
+                (64u64 << 20).to_string()
+            );
+            assert_eq!(file("cpu", "cpu.cfs_quota_us"), "50000");
+            assert_eq!(file("pids", "pids.max"), "20");
+            assert!(
+                cg.usage().memory_peak_bytes > 0,
+                "{layout}: the tree's use is seen"
+            );
+        }
+        assert_eq!(cg.remove(), Vec::<PathBuf>::new(), "{layout}");
+    }
+}

@@ -384,6 +384,10 @@ pub struct SandboxProcessStatus {
     /// What the tree used (from its cgroup; refreshed at most every 5 s, final at the end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageStatus>,
+    /// The output line that satisfied a `logMatch` readiness, and the log cursor just after it
+    /// (`kubectl sandbox logs --since CURSOR` resumes right after the match).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_match: Option<LogMatchStatus>,
     /// `Ready`, `Succeeded`, `Reconciling`, `Stalled` (kstatus-compatible).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -543,6 +547,15 @@ pub struct OutputStatus {
     /// Last ≤ 2 KiB of combined output (UTF-8, lossy).
     #[serde(default)]
     pub tail: String,
+}
+
+/// `status.logMatch`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct LogMatchStatus {
+    /// The matched line without its newline (at most 256 bytes, UTF-8, invalid bytes replaced).
+    pub line: String,
+    /// Opaque log cursor just after the matched line.
+    pub cursor: String,
 }
 
 /// `status.usage`.

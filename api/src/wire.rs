@@ -234,6 +234,15 @@ impl ResourceLimits {
     }
 }
 
+/// The line a `logMatch` readiness matched (≤ 256 bytes, UTF-8 lossy, without its newline) and
+/// the log cursor just after it: `logs?since=<cursor>` resumes right after the match.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogMatchHit {
+    pub line: String,
+    pub cursor: String,
+}
+
 /// What the process's tree used, from its cgroup.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -346,6 +355,9 @@ pub struct ProcessRecord {
     pub processes: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// The line that satisfied a `logMatch` readiness, and the cursor just after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_match: Option<LogMatchHit>,
     /// Bumped on every write by the supervisor; lets readers drop stale updates.
     #[serde(default)]
     pub revision: u64,
@@ -375,6 +387,7 @@ impl ProcessRecord {
             root_exited: false,
             processes: None,
             usage: None,
+            log_match: None,
             revision: 0,
         }
     }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use sandbox_api::crd::{
-    condition, EndReason, ErrorCode, ExitStatus, Invalid, OutputStatus, Phase, ProcessError,
-    SandboxProcessSpec, SandboxProcessStatus, UsageStatus,
+    condition, EndReason, ErrorCode, ExitStatus, Invalid, LogMatchStatus, OutputStatus, Phase,
+    ProcessError, SandboxProcessSpec, SandboxProcessStatus, UsageStatus,
 };
 use sandbox_api::wire::{self, ProcessRecord};
 
@@ -254,6 +254,7 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
         output: prev.output.clone(),
         usage: prev.usage.clone(),
         processes: prev.processes,
+        log_match: prev.log_match.clone(),
         phase: Some(Phase::Running),
         ..Default::default()
     };
@@ -275,6 +276,12 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
             s.processes = r.processes.map(|n| n.min(i32::MAX as u32) as i32);
         }
         s.root_exited = r.root_exited && !r.is_final();
+        if let Some(m) = &r.log_match {
+            s.log_match = Some(LogMatchStatus {
+                line: m.line.clone(),
+                cursor: m.cursor.clone(),
+            });
+        }
     }
 
     // The pod is gone or replaced: the handle is stale — unless the process had already ended on
