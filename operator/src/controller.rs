@@ -36,6 +36,9 @@ pub const OUTPUT_REFRESH: Duration = Duration::from_secs(5);
 /// A delete whose process cannot be stopped (agent unreachable, node still there) is let go
 /// after this long, so objects never hang in deletion.
 pub const CLEANUP_GIVE_UP: Duration = Duration::from_secs(120);
+/// While a deleted object's process is stopping: the fallback recheck (the agent watch usually
+/// brings the object back sooner, when the record turns final).
+const CLEANUP_RECHECK: Duration = Duration::from_secs(2);
 /// The longest any reconcile waits before it looks again by itself.
 pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
 
@@ -146,10 +149,20 @@ async fn reconcile(obj: Arc<SandboxProcess>, ctx: Arc<Context>) -> Result<Action
     let api: Api<SandboxProcess> = Api::namespaced(ctx.client.clone(), &ns);
     let uid = obj.uid().unwrap_or_default();
     let result = async {
+        // Deleted: the process is stopped and forgotten first, over as many reconciles as that
+        // takes; only then may the finalizer helper remove the finalizer (it does so as soon as
+        // its cleanup returns).
+        if obj.meta().deletion_timestamp.is_some()
+            && obj.finalizers().iter().any(|f| f == FINALIZER)
+        {
+            if let Some(again) = cleanup(obj.clone(), &ctx).await? {
+                return Ok(again);
+            }
+        }
         finalizer(&api, FINALIZER, obj, |event| async {
             match event {
                 finalizer::Event::Apply(o) => apply(o, &ctx, &api).await,
-                finalizer::Event::Cleanup(o) => cleanup(o, &ctx).await,
+                finalizer::Event::Cleanup(_) => Ok(Action::await_change()),
             }
         })
         .await
@@ -469,7 +482,9 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// Deletion: stop the process and have the agent forget it; let go at once when the pod or node
 /// is gone (nothing left to stop), and after [`CLEANUP_GIVE_UP`] in any case.
-async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Action, Error> {
+/// `None` when the process is stopped and forgotten (or there is nothing left to wait for): the
+/// finalizer may go. `Some(action)`: the stop is under way; come back.
+async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Option<Action>, Error> {
     let uid = obj.uid().ok_or(Error::Incomplete("uid"))?;
     let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
     let prev = obj.status.clone().unwrap_or_default();
@@ -499,7 +514,7 @@ async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Action, Erro
         info!(how, "finalizer removed");
         ctx.metrics.set_phase(&uid, None);
         ctx.forget(&uid);
-        Ok(Action::await_change())
+        Ok(None)
     };
     let Some(node) = node else {
         return done("never scheduled: nothing to stop");
@@ -517,12 +532,36 @@ async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Action, Erro
         )));
     };
     let grace = obj.spec.termination_grace_period_seconds.max(0) as u64;
-    let timeout = if pod_gone {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_secs(grace + 20)
-    };
     let running = prev.phase == Some(Phase::Running);
+    // A reconcile worker never waits out a grace period: the stop is begun (idempotent on the
+    // agent) and the object comes back when the record turns final (the agent watch) or at the
+    // next requeue; only an ended process is forgotten, which is quick.
+    let ended = match ctx.agents.cached(&url, &uid) {
+        Cached::Record(r) => r.is_final(),
+        Cached::Absent => true,
+        Cached::Unknown => status::is_final(&prev),
+    };
+    if !ended && !pod_gone {
+        match ctx.agents.client.stop(&url, &uid, grace).await {
+            Ok(rec) if !rec.is_final() => {
+                ctx.agents.remember(&url, &rec);
+                if deleting_for <= CLEANUP_GIVE_UP {
+                    return Ok(Some(Action::requeue(CLEANUP_RECHECK)));
+                }
+                warn!("process still running after the give-up time; forgetting it now");
+            }
+            Ok(rec) => ctx.agents.remember(&url, &rec),
+            Err(e) if e.api_code() == Some(ErrorCode::ProcessNotFound) => {}
+            Err(e) => {
+                if node_gone().await? || deleting_for > CLEANUP_GIVE_UP {
+                    warn!(error = %e, "could not stop the process; letting go");
+                    return done("agent unreachable, node gone (or gave up)");
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    let timeout = Duration::from_secs(if pod_gone || ended { 5 } else { 20 });
     match ctx.agents.client.forget(&url, &uid, timeout).await {
         Ok(()) => {
             if running {
