@@ -60,6 +60,10 @@ pub enum Error {
     Cleanup(String),
     #[error("object has no {0}")]
     Incomplete(&'static str),
+    /// A bug met by one object: caught at the reconcile boundary so that it cannot take the
+    /// operator, and every other object with it, down; retried with backoff like any error.
+    #[error("reconcile panicked: {0}")]
+    Panicked(String),
 }
 
 impl Error {
@@ -77,6 +81,7 @@ impl Error {
             Error::Agent(AgentError::Api { .. }) => "agent",
             Error::Cleanup(_) => "cleanup",
             Error::Incomplete(_) => "incomplete_object",
+            Error::Panicked(_) => "panic",
         }
     }
 }
@@ -148,32 +153,52 @@ async fn reconcile(obj: Arc<SandboxProcess>, ctx: Arc<Context>) -> Result<Action
     let span = tracing::info_span!("reconcile", object = %format!("{ns}/{}", obj.name_any()));
     let api: Api<SandboxProcess> = Api::namespaced(ctx.client.clone(), &ns);
     let uid = obj.uid().unwrap_or_default();
-    let result = async {
-        // Deleted: the process is stopped and forgotten first, over as many reconciles as that
-        // takes; only then may the finalizer helper remove the finalizer (it does so as soon as
-        // its cleanup returns).
-        if obj.meta().deletion_timestamp.is_some()
-            && obj.finalizers().iter().any(|f| f == FINALIZER)
-        {
-            if let Some(again) = cleanup(obj.clone(), &ctx).await? {
-                return Ok(again);
+    let result = unpanicked(
+        async {
+            // Deleted: the process is stopped and forgotten first, over as many reconciles as that
+            // takes; only then may the finalizer helper remove the finalizer (it does so as soon as
+            // its cleanup returns).
+            if obj.meta().deletion_timestamp.is_some()
+                && obj.finalizers().iter().any(|f| f == FINALIZER)
+            {
+                if let Some(again) = cleanup(obj.clone(), &ctx).await? {
+                    return Ok(again);
+                }
             }
+            finalizer(&api, FINALIZER, obj, |event| async {
+                match event {
+                    finalizer::Event::Apply(o) => apply(o, &ctx, &api).await,
+                    finalizer::Event::Cleanup(_) => Ok(Action::await_change()),
+                }
+            })
+            .await
+            .map_err(|e| Error::Finalizer(Box::new(e)))
         }
-        finalizer(&api, FINALIZER, obj, |event| async {
-            match event {
-                finalizer::Event::Apply(o) => apply(o, &ctx, &api).await,
-                finalizer::Event::Cleanup(_) => Ok(Action::await_change()),
-            }
-        })
-        .await
-        .map_err(|e| Error::Finalizer(Box::new(e)))
-    }
-    .instrument(span)
+        .instrument(span),
+    )
     .await;
     if result.is_ok() {
         ctx.failures.lock().unwrap().remove(&uid);
     }
     result
+}
+
+/// Runs one reconcile with its panics turned into [`Error::Panicked`]. kube-runtime polls every
+/// reconcile inside the controller's own stream, so an unwinding panic would otherwise end the
+/// controller for all objects (the release profile unwinds for this reason).
+async fn unpanicked<T>(fut: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".into());
+            Err(Error::Panicked(msg))
+        }
+    }
 }
 
 fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -717,6 +742,29 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A panic in one object's reconcile becomes that object's error (with its metric label),
+    /// and the next reconcile runs normally.
+    #[tokio::test]
+    async fn a_panicking_reconcile_is_an_error_not_a_crash() {
+        let e = unpanicked::<()>(async {
+            let v: Vec<u8> = Vec::new();
+            let _ = v[usize::MAX / 2]; // index out of bounds
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::Panicked(m) if m.contains("index out of bounds")),
+            "{e}"
+        );
+        assert_eq!(e.metric_label(), "panic");
+        let e = unpanicked::<()>(async { panic!("{}", "formatted") })
+            .await
+            .unwrap_err();
+        assert!(matches!(&e, Error::Panicked(m) if m == "formatted"), "{e}");
+        assert_eq!(unpanicked(async { Ok::<_, Error>(7) }).await.unwrap(), 7);
+    }
 
     /// A TTL of years (an object written before the schema bound, or at the bound: 68 years)
     /// requeues within the hour, never beyond what the delay queue can hold.
