@@ -118,6 +118,10 @@ pub struct Context {
     rejected_since: Mutex<HashMap<String, Instant>>,
     /// Consecutive failed reconciles of each object, for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// Objects whose final status we wrote and the cache does not show yet: a reconcile from the
+    /// stale copy must neither start the process nor overwrite the final status. An entry lives
+    /// only until the cache catches up.
+    finals_written: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Context {
@@ -125,6 +129,7 @@ impl Context {
         self.output_written.lock().unwrap().remove(uid);
         self.rejected_since.lock().unwrap().remove(uid);
         self.failures.lock().unwrap().remove(uid);
+        self.finals_written.lock().unwrap().remove(uid);
     }
 }
 
@@ -271,6 +276,16 @@ async fn apply(
     let now = now();
     let settings = &ctx.settings;
 
+    let final_written = if status::is_final(&prev) {
+        ctx.finals_written.lock().unwrap().remove(&uid)
+    } else {
+        ctx.finals_written.lock().unwrap().contains(&uid)
+    };
+    if final_written && !status::is_final(&prev) {
+        // Our final status is not in this copy yet: look again once the cache has caught up.
+        debug!("cached copy predates our final status; waiting for the cache");
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     if status::is_final(&prev) {
         ctx.agents.release(&uid);
         let next = status::compute(&Facts {
@@ -416,6 +431,9 @@ async fn apply(
     });
     if next != prev {
         write_status(ctx, api, &name, &next).await?;
+        if status::is_final(&next) {
+            ctx.finals_written.lock().unwrap().insert(uid.clone());
+        }
         if next.output != prev.output {
             ctx.output_written
                 .lock()
@@ -683,6 +701,7 @@ pub async fn run(
         output_written: Mutex::new(HashMap::new()),
         rejected_since: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
+        finals_written: Mutex::new(Default::default()),
     });
 
     // The object cache (and the trigger stream) without managedFields and the client-side-apply
