@@ -10,7 +10,8 @@
 //! authenticates them and checks RBAC on `sandboxprocesses/log` (verb `get`) or
 //! `sandboxprocesses/signal` (`create`) in `subresources.sandbox.dev`. We then check, with a
 //! SubjectAccessReview for the same user, `get` (log) or `update` (signal) on the SandboxProcess
-//! itself: whoever cannot read the object cannot read its output. The agent API stays private
+//! itself: whoever cannot read the object cannot read its output; a signal also needs `create
+//! pods/exec` on the process's pod, like `stop` (the admission policy) and `kubectl exec`. The agent API stays private
 //! to the operator. Why this transport: docs/logs.md.
 pub mod frontproxy;
 pub mod tls;
@@ -211,28 +212,15 @@ fn caller(server: &Server, peer: &Peer, headers: &HeaderMap) -> Result<UserInfo>
         .ok_or_else(|| SubresourceError::Unauthorized("no user in the request headers".into()))
 }
 
-/// RBAC on the SandboxProcess itself, for the caller.
-async fn authorize(
-    server: &Server,
-    user: &UserInfo,
-    verb: &str,
-    namespace: &str,
-    name: &str,
-) -> Result<()> {
+/// Whether the caller may do what `attrs` says (a SubjectAccessReview for the same user).
+async fn allowed(server: &Server, user: &UserInfo, attrs: ResourceAttributes) -> Result<bool> {
     let sar = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user.username.clone()),
             uid: user.uid.clone(),
             groups: Some(user.groups.clone()),
             extra: Some(user.extra.clone()),
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(GROUP.into()),
-                resource: Some("sandboxprocesses".into()),
-                verb: Some(verb.into()),
-                namespace: Some(namespace.into()),
-                name: Some(name.into()),
-                ..Default::default()
-            }),
+            resource_attributes: Some(attrs),
             ..Default::default()
         },
         ..Default::default()
@@ -241,7 +229,53 @@ async fn authorize(
         .create(&PostParams::default(), &sar)
         .await
         .map_err(|e| SubresourceError::Internal(format!("SubjectAccessReview: {e}")))?;
-    if review.status.is_some_and(|s| s.allowed) {
+    Ok(review.status.is_some_and(|s| s.allowed))
+}
+
+/// The right `kubectl exec` needs on the process's pod: a signal can do what `stop` can (end
+/// the process), and changing `stop` needs it (the admission policy), so a signal does too.
+async fn authorize_exec(
+    server: &Server,
+    user: &UserInfo,
+    namespace: &str,
+    pod: &str,
+) -> Result<()> {
+    let attrs = ResourceAttributes {
+        group: Some(String::new()),
+        resource: Some("pods".into()),
+        subresource: Some("exec".into()),
+        verb: Some("create".into()),
+        namespace: Some(namespace.into()),
+        name: Some(pod.into()),
+        ..Default::default()
+    };
+    if allowed(server, user, attrs).await? {
+        Ok(())
+    } else {
+        Err(SubresourceError::Forbidden(format!(
+            "pods \"{pod}\" is forbidden: User \"{}\" cannot create resource \"pods/exec\" in the namespace \"{namespace}\": signalling a SandboxProcess needs the same permission as kubectl exec on its pod",
+            user.username
+        )))
+    }
+}
+
+/// RBAC on the SandboxProcess itself, for the caller.
+async fn authorize(
+    server: &Server,
+    user: &UserInfo,
+    verb: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<()> {
+    let attrs = ResourceAttributes {
+        group: Some(GROUP.into()),
+        resource: Some("sandboxprocesses".into()),
+        verb: Some(verb.into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    if allowed(server, user, attrs).await? {
         Ok(())
     } else {
         Err(SubresourceError::Forbidden(format!(
@@ -272,8 +306,8 @@ fn not_started(name: &str, status: &SandboxProcessStatus) -> Option<SubresourceE
     }))
 }
 
-/// The object, the agent serving its node and the process's exec id.
-async fn locate(server: &Server, namespace: &str, name: &str) -> Result<(String, String)> {
+/// The agent serving the object's node, the process's exec id, and its pod's name.
+async fn locate(server: &Server, namespace: &str, name: &str) -> Result<(String, String, String)> {
     let sbp = Api::<SandboxProcess>::namespaced(server.client.clone(), namespace)
         .get_opt(name)
         .await
@@ -288,7 +322,7 @@ async fn locate(server: &Server, namespace: &str, name: &str) -> Result<(String,
     let node = status.node_name.clone().unwrap_or_default();
     let uid = sbp.metadata.uid.clone().unwrap_or_default();
     let url = agent_url(server, &node).await?;
-    Ok((url, uid))
+    Ok((url, uid, sbp.spec.pod_name))
 }
 
 async fn agent_url(server: &Server, node: &str) -> Result<String> {
@@ -393,7 +427,7 @@ async fn log(
     let Query(p) = params.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
     let query = p.query()?;
     authorize(&server, &user, "get", &namespace, &name).await?;
-    let (url, id) = locate(&server, &namespace, &name).await?;
+    let (url, id, _) = locate(&server, &namespace, &name).await?;
     let resp = server
         .agents
         .logs(&url, &id, &query)
@@ -428,7 +462,8 @@ async fn signal(
         )));
     }
     authorize(&server, &user, "update", &namespace, &name).await?;
-    let (url, id) = locate(&server, &namespace, &name).await?;
+    let (url, id, pod) = locate(&server, &namespace, &name).await?;
+    authorize_exec(&server, &user, &namespace, &pod).await?;
     let rec = server
         .agents
         .signal(&url, &id, b.signal)
