@@ -72,6 +72,7 @@ pub use crate::wire::MAX_SECONDS;
     {"rule": "has(self.readiness) == has(oldSelf.readiness) && (!has(self.readiness) || self.readiness == oldSelf.readiness)", "message": "readiness is immutable", "fieldPath": ".readiness"},
     {"rule": "self.stopSignal == oldSelf.stopSignal", "message": "stopSignal is immutable", "fieldPath": ".stopSignal"},
     {"rule": "self.terminationGracePeriodSeconds == oldSelf.terminationGracePeriodSeconds", "message": "terminationGracePeriodSeconds is immutable", "fieldPath": ".terminationGracePeriodSeconds"},
+    {"rule": "has(self.startDeadlineSeconds) == has(oldSelf.startDeadlineSeconds) && (!has(self.startDeadlineSeconds) || self.startDeadlineSeconds == oldSelf.startDeadlineSeconds)", "message": "startDeadlineSeconds is immutable", "fieldPath": ".startDeadlineSeconds"},
     {"rule": "has(self.resources) == has(oldSelf.resources) && (!has(self.resources) || self.resources == oldSelf.resources)", "message": "resources is immutable", "fieldPath": ".resources"}
 ]))]
 pub struct SandboxProcessSpec {
@@ -135,12 +136,21 @@ pub struct SandboxProcessSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 2147483647))]
     pub ttl_seconds_after_finished: Option<i64>,
+    /// Give up when the process has not started this many seconds after the object was created
+    /// (default 600): a final `Error` `StartDeadlineExceeded`. Bounds how long after its
+    /// creator's rights were checked a process may still start (1–2147483647).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 2147483647))]
+    pub start_deadline_seconds: Option<i64>,
     /// Limits for this process and everything it starts (its own cgroup, inside the
     /// container's): reaching the memory limit OOM-kills within this tree only, never the
     /// container or other processes. Never above the container's own limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourcesSpec>,
 }
+
+/// When `startDeadlineSeconds` is not set.
+pub const DEFAULT_START_DEADLINE_SECONDS: i64 = 600;
 
 /// `spec.resources`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -344,6 +354,11 @@ pub struct SandboxProcessStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "podUID")]
     pub pod_uid: Option<String>,
+    /// UID of the pod named `podName` when the operator first saw it: the process starts only
+    /// in that pod, never in one created later under the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "targetPodUID")]
+    pub target_pod_uid: Option<String>,
     /// Runtime ID of the container the process runs in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "containerID")]
@@ -491,6 +506,8 @@ pub enum ErrorCode {
     ProcessLost,
     OperationInterrupted,
     AgentUnavailable,
+    /// Not started within `startDeadlineSeconds` of the object's creation.
+    StartDeadlineExceeded,
 }
 
 impl ErrorCode {
@@ -507,6 +524,7 @@ impl ErrorCode {
             ErrorCode::ProcessLost => "ProcessLost",
             ErrorCode::OperationInterrupted => "OperationInterrupted",
             ErrorCode::AgentUnavailable => "AgentUnavailable",
+            ErrorCode::StartDeadlineExceeded => "StartDeadlineExceeded",
         }
     }
 
@@ -680,6 +698,7 @@ impl SandboxProcessSpec {
             self.ttl_seconds_after_finished,
             0,
         )?;
+        seconds("startDeadlineSeconds", self.start_deadline_seconds, 1)?;
         if let Some(r) = &self.readiness {
             r.validate()?;
         }
@@ -692,7 +711,7 @@ impl SandboxProcessSpec {
     /// The rules only the API server can check, between an object and its previous version:
     /// every field except `stop` and `ttlSecondsAfterFinished` is immutable.
     pub fn validate_update(&self, old: &SandboxProcessSpec) -> Result<(), Invalid> {
-        let immutable: [(&str, bool); 10] = [
+        let immutable: [(&str, bool); 11] = [
             ("podName", self.pod_name == old.pod_name),
             ("container", self.container == old.container),
             ("command", self.command == old.command),
@@ -709,6 +728,10 @@ impl SandboxProcessSpec {
                 self.termination_grace_period_seconds == old.termination_grace_period_seconds,
             ),
             ("resources", self.resources == old.resources),
+            (
+                "startDeadlineSeconds",
+                self.start_deadline_seconds == old.start_deadline_seconds,
+            ),
         ];
         match immutable.iter().find(|(_, same)| !same) {
             Some((field, _)) => Err(invalid(*field, format!("{field} is immutable"))),

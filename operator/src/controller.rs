@@ -293,6 +293,7 @@ async fn apply(
             spec,
             prev: &prev,
             pod: None,
+            created: obj.metadata.creation_timestamp.as_ref(),
             agent: &AgentView::NotAsked,
             invalid: None,
             now: now.clone(),
@@ -364,10 +365,19 @@ async fn apply(
                 }
             }
         }
-    } else if let Some(p) = pod
-        .as_ref()
-        .filter(|p| invalid.is_none() && !spec.stop && pod::can_start(p))
-    {
+    } else if let Some(p) = pod.as_ref().filter(|p| {
+        invalid.is_none()
+            && !spec.stop
+            && pod::can_start(p)
+            && status::start_refusal(
+                spec,
+                &prev,
+                Some(p),
+                obj.metadata.creation_timestamp.as_ref(),
+                &now,
+            )
+            .is_none()
+    }) {
         let node = p.node_name.clone().unwrap_or_default();
         agent = match ctx.agents.url_for_node(&node) {
             None => AgentView::Unreachable {
@@ -423,6 +433,7 @@ async fn apply(
         spec,
         prev: &prev,
         pod: pod.as_ref(),
+        created: obj.metadata.creation_timestamp.as_ref(),
         agent: &agent,
         invalid: invalid.as_ref(),
         now,

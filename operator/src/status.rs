@@ -13,6 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use sandbox_api::crd::{
     condition, EndReason, ErrorCode, ExitStatus, Invalid, LogMatchStatus, OutputStatus, Phase,
     ProcessError, SandboxProcessSpec, SandboxProcessStatus, UsageStatus,
+    DEFAULT_START_DEADLINE_SECONDS,
 };
 use sandbox_api::wire::{self, ProcessRecord};
 
@@ -90,6 +91,8 @@ pub struct Facts<'a> {
     pub prev: &'a SandboxProcessStatus,
     /// `None`: no pod named `spec.podName` exists.
     pub pod: Option<&'a PodFacts>,
+    /// `metadata.creationTimestamp`: the start deadline counts from it.
+    pub created: Option<&'a Time>,
     pub agent: &'a AgentView,
     /// The spec breaks a rule (objects written before the rule existed; regex syntax).
     pub invalid: Option<&'a Invalid>,
@@ -247,6 +250,7 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
     let mut s = SandboxProcessStatus {
         node_name,
         pod_uid: Some(started_in.clone()),
+        target_pod_uid: prev.target_pod_uid.clone().or(Some(started_in.clone())),
         container_id: prev.container_id.clone(),
         pid: prev.pid,
         started_at: prev.started_at.clone(),
@@ -385,12 +389,54 @@ fn elapsed(since: &Time, now: &Time) -> Duration {
     Duration::from_secs(now.0.as_second().saturating_sub(since.0.as_second()).max(0) as u64)
 }
 
+/// Why the process must not start (any more), though the pod may be ready for it: the start
+/// deadline has passed, or the pod is not the one first seen under that name. Final.
+pub fn start_refusal(
+    spec: &SandboxProcessSpec,
+    prev: &SandboxProcessStatus,
+    pod: Option<&PodFacts>,
+    created: Option<&Time>,
+    now: &Time,
+) -> Option<(ErrorCode, String)> {
+    let deadline = spec
+        .start_deadline_seconds
+        .unwrap_or(DEFAULT_START_DEADLINE_SECONDS);
+    if let Some(c) = created {
+        if elapsed(c, now) >= Duration::from_secs(deadline.max(0) as u64) {
+            return Some((
+                ErrorCode::StartDeadlineExceeded,
+                format!(
+                    "the process did not start within startDeadlineSeconds ({deadline} s) of the object's creation ({})",
+                    c.0
+                ),
+            ));
+        }
+    }
+    match (prev.target_pod_uid.as_deref(), pod) {
+        (Some(pinned), Some(p)) if p.uid != pinned => Some((
+            ErrorCode::StaleProcessHandle,
+            format!(
+                "pod {} was replaced before the process started (uid {pinned} when first seen, now {}); a process never starts in a pod created later under the same name",
+                spec.pod_name, p.uid
+            ),
+        )),
+        _ => None,
+    }
+}
+
 fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
+    // Pinned to the pod first seen under the name.
+    let target = f
+        .prev
+        .target_pod_uid
+        .clone()
+        .or_else(|| f.pod.map(|p| p.uid.clone()));
     let pending = |reason: &str, message: String| {
         (
             SandboxProcessStatus {
                 phase: Some(Phase::Pending),
                 node_name: f.pod.and_then(|p| p.node_name.clone()),
+                target_pod_uid: target.clone(),
                 ..Default::default()
             },
             Outcome::Pending {
@@ -404,6 +450,7 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
             SandboxProcessStatus {
                 phase: Some(Phase::Error),
                 node_name: f.pod.and_then(|p| p.node_name.clone()),
+                target_pod_uid: target.clone(),
                 finished_at: Some(now.clone()),
                 error: Some(ProcessError {
                     code,
@@ -437,10 +484,14 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
                 phase: Some(Phase::Exited),
                 end_reason: Some(EndReason::Stopped),
                 finished_at: Some(now.clone()),
+                target_pod_uid: target.clone(),
                 ..Default::default()
             },
             outcome,
         );
+    }
+    if let Some((code, message)) = start_refusal(f.spec, f.prev, f.pod, f.created, now) {
+        return error(code, message);
     }
     let Some(pod) = f.pod else {
         return pending(

@@ -196,6 +196,14 @@ fn pure_validation_names_the_field() {
             "readiness.timeoutSeconds",
         ),
         (
+            "podName: web\ncommand: [x]\nstartDeadlineSeconds: 0\n",
+            "startDeadlineSeconds",
+        ),
+        (
+            "podName: web\ncommand: [x]\nstartDeadlineSeconds: 2147483648\n",
+            "startDeadlineSeconds",
+        ),
+        (
             "podName: web\ncommand: [x]\nresources: {limits: {cpu: 5m}}\n",
             "resources.limits.cpu",
         ),
@@ -275,6 +283,10 @@ fn only_stop_and_ttl_are_mutable() {
         (
             "resources",
             Box::new(|s| s.resources = Some(Default::default())),
+        ),
+        (
+            "startDeadlineSeconds",
+            Box::new(|s| s.start_deadline_seconds = Some(5)),
         ),
     ];
     for (field, change) in changes {

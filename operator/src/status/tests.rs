@@ -61,6 +61,7 @@ struct Case {
     now: Time,
     output_due: bool,
     generation: i64,
+    created: Option<Time>,
 }
 
 impl Case {
@@ -73,6 +74,7 @@ impl Case {
             now: t(0),
             output_due: true,
             generation: 1,
+            created: None,
         }
     }
     fn pod(mut self, p: Option<PodFacts>) -> Case {
@@ -101,12 +103,25 @@ impl Case {
         self.now = t(s);
         self
     }
+    fn clone_at(&self, s: i64) -> Case {
+        Case {
+            spec: self.spec.clone(),
+            prev: self.prev.clone(),
+            pod: self.pod.clone(),
+            agent: AgentView::NotAsked,
+            now: t(s),
+            output_due: self.output_due,
+            generation: self.generation,
+            created: self.created.clone(),
+        }
+    }
     fn run(&self) -> SandboxProcessStatus {
         compute(&Facts {
             generation: Some(self.generation),
             spec: &self.spec,
             prev: &self.prev,
             pod: self.pod.as_ref(),
+            created: self.created.as_ref(),
             agent: &self.agent,
             invalid: None,
             now: self.now.clone(),
@@ -282,6 +297,7 @@ fn invalid_spec_is_error_naming_the_field() {
             spec: &spec,
             prev: &SandboxProcessStatus::default(),
             pod: None,
+            created: None,
             agent: &AgentView::NotAsked,
             invalid: Some(&invalid),
             now: t(0),
@@ -1073,4 +1089,84 @@ fn events_announce_each_transition_once() {
         .run();
     assert_eq!(names(&transitions(&ready, &lost)), ["Failed"]);
     assert!(transitions(&lost, &lost).is_empty());
+}
+
+#[test]
+fn start_deadline_is_final_once_passed() {
+    let mut case = Case::new().pod(None);
+    case.created = Some(t(0));
+    let s = case.at(599).run();
+    assert_eq!(s.phase, Some(Phase::Pending), "600 s by default");
+    let s = Case {
+        created: Some(t(0)),
+        ..Case::new().pod(None)
+    }
+    .at(600)
+    .run();
+    assert_eq!(s.phase, Some(Phase::Error));
+    let e = s.error.clone().unwrap();
+    assert_eq!(e.code, ErrorCode::StartDeadlineExceeded);
+    assert!(e.message.contains("600 s"), "{}", e.message);
+    assert!(is_final(&s));
+    assert_eq!(cond(&s, condition::STALLED).reason, "StartDeadlineExceeded");
+    // Its own value; a pod ready to start does not extend it.
+    let mut case = Case::new();
+    case.spec.start_deadline_seconds = Some(10);
+    case.created = Some(t(0));
+    assert_eq!(case.clone_at(9).run().phase, Some(Phase::Pending));
+    let s = case.clone_at(10).run();
+    assert_eq!(s.error.unwrap().code, ErrorCode::StartDeadlineExceeded);
+    assert!(start_refusal(
+        &case.spec,
+        &case.prev,
+        case.pod.as_ref(),
+        Some(&t(0)),
+        &t(10)
+    )
+    .is_some());
+    assert!(start_refusal(
+        &case.spec,
+        &case.prev,
+        case.pod.as_ref(),
+        Some(&t(0)),
+        &t(9)
+    )
+    .is_none());
+}
+
+#[test]
+fn the_pod_first_seen_is_the_only_target() {
+    // First sight pins the pod's UID.
+    let s = Case::new().run();
+    assert_eq!(s.target_pod_uid.as_deref(), Some("pod-1"));
+    // The same pod later: still fine. A new pod under the name before the start: final.
+    let pinned = Case::new().prev(s.clone()).run();
+    assert_eq!(pinned.phase, Some(Phase::Pending));
+    let s = Case::new().prev(s).pod(Some(pod("pod-2"))).run();
+    assert_eq!(s.phase, Some(Phase::Error));
+    let e = s.error.unwrap();
+    assert_eq!(e.code, ErrorCode::StaleProcessHandle);
+    assert!(
+        e.message.contains("pod-1") && e.message.contains("pod-2"),
+        "{}",
+        e.message
+    );
+    // Seen missing first, then created: that pod is the first seen.
+    let missing = Case::new().pod(None).run();
+    assert_eq!(missing.target_pod_uid, None);
+    let s = Case::new().prev(missing).pod(Some(pod("pod-3"))).run();
+    assert_eq!(
+        (s.phase, s.target_pod_uid.as_deref()),
+        (Some(Phase::Pending), Some("pod-3"))
+    );
+    // Started: kept.
+    let s = Case::new()
+        .prev(s)
+        .pod(Some(pod("pod-3")))
+        .record(ProcessRecord {
+            pod_uid: "pod-3".into(),
+            ..record(wire::Phase::Running)
+        })
+        .run();
+    assert_eq!(s.target_pod_uid.as_deref(), Some("pod-3"));
 }
