@@ -10,6 +10,7 @@
 //! 4. supervisor RSS/PSS with N concurrent sleeping processes, all supervised without error.
 //! 5. stop of a 100-process tree until its cgroup is empty: agent stop (TERM to every member of
 //!    the cgroup) vs `kill(-pgid, TERM)` of the same bare tree.
+//! 6. agent CPU over 5 s with 200 idle log follows on one quiet process vs none.
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -432,6 +433,39 @@ async fn main() {
         median(&mut via_stop),
         median(&mut to_record)
     );
+
+    // 6. Idle follows.
+    let quiet = agent.start(&req(&ctr5, &["sleep", "600"])).await.unwrap();
+    let hz = 100.0; // USER_HZ
+    let t = cpu_ticks(agent.pid());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let none = (cpu_ticks(agent.pid()) - t) as f64 / hz / 5.0 * 100.0;
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        let r = agent
+            .client
+            .get(agent.url(&format!("/v1/processes/{}/logs?follow=true", quiet.exec_id)))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        held.push(r);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = cpu_ticks(agent.pid());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let with = (cpu_ticks(agent.pid()) - t) as f64 / hz / 5.0 * 100.0;
+    println!("| agent CPU over 5 s, one quiet process | no follows {none:.1} % | 200 idle follows {with:.1} % |");
+    drop(held);
+}
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
 fn wait_members(count: impl Fn() -> usize, n: usize) {

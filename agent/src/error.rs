@@ -41,6 +41,9 @@ pub enum AgentError {
     },
     #[error("{0}")]
     Internal(String),
+    /// A cap on what callers may hold open was reached; retry later.
+    #[error("{0}")]
+    TooManyRequests(String),
 }
 
 impl AgentError {
@@ -63,6 +66,7 @@ impl AgentError {
             AgentError::Unauthorized(_) => ErrorCode::Unauthorized,
             AgentError::Runtime(_) => ErrorCode::ContainerUnavailable,
             AgentError::Io { .. } | AgentError::Internal(_) => ErrorCode::Internal,
+            AgentError::TooManyRequests(_) => ErrorCode::TooManyRequests,
         }
     }
 
@@ -75,7 +79,9 @@ impl AgentError {
         match self.code() {
             ErrorCode::InvalidRequest
             | ErrorCode::InvalidProcessCwd
-            | ErrorCode::InvalidProcessEnvironment => 400,
+            | ErrorCode::InvalidProcessEnvironment
+            | ErrorCode::InvalidResourceLimits => 400,
+            ErrorCode::TooManyRequests => 429,
             ErrorCode::Unauthorized => 401,
             ErrorCode::ProcessNotFound | ErrorCode::ContainerNotFound => 404,
             ErrorCode::ContainerUnavailable | ErrorCode::ProcessSpawnFailed => 409,

@@ -13,6 +13,7 @@
 //! - [`signals`]: signal dispositions reset below the C library, for the runtime's child.
 //! - [`wait`]: how a child ended (exit code or any signal 1–64), from the raw wait status.
 //! - [`readiness`]: tcpSocket / httpGet probes inside the pod's network namespace, logMatch.
+//! - [`follow`]: log follows woken by the ledger (inotify), with caps.
 //! - [`registry`], [`spawn`], [`control`], [`server`], [`auth`]: the agent daemon.
 pub mod auth;
 pub mod cgroup;
@@ -20,6 +21,7 @@ pub mod clock;
 pub mod control;
 pub mod error;
 pub mod exec_id;
+pub mod follow;
 pub mod layout;
 pub mod ledger;
 pub mod procfs;

@@ -90,6 +90,12 @@ struct Serve {
     /// Output kept per process; older output is dropped with an explicit gap marker.
     #[arg(long, default_value_t = 64 << 20)]
     log_retention_bytes: u64,
+    /// Most log follows open at once on one process; more are refused (429).
+    #[arg(long, default_value_t = 256)]
+    max_follows_per_process: usize,
+    /// Most log follows open at once on this agent; more are refused (429).
+    #[arg(long, default_value_t = 4096)]
+    max_follows: usize,
     #[arg(long, value_enum, default_value = "token-review")]
     auth: AuthMode,
     #[arg(long)]
@@ -257,6 +263,8 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         default_runtime_root: s.runtime_root.clone(),
         retention_bytes: s.log_retention_bytes,
         proc_root: s.proc_root.clone(),
+        max_follows_per_process: s.max_follows_per_process,
+        max_follows: s.max_follows,
     };
     let registry = Registry::open(cfg).await?;
     // Streams (watch, log follow) end when shutdown starts, so graceful shutdown can finish;

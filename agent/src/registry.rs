@@ -18,6 +18,7 @@ use crate::clock::now_rfc3339;
 use crate::control;
 use crate::error::AgentError;
 use crate::exec_id::ExecId;
+use crate::follow::Follows;
 use crate::layout::Layout;
 use crate::record;
 use crate::runtime::{exec_spec, LaunchSpec, Lookup};
@@ -40,6 +41,9 @@ pub struct Config {
     pub retention_bytes: u64,
     /// Prefix under which container roots are visible (`/proc`; with hostPID the host's).
     pub proc_root: String,
+    /// Most log follows open at once on one process, and on this agent.
+    pub max_follows_per_process: usize,
+    pub max_follows: usize,
 }
 
 pub struct Registry {
@@ -47,6 +51,7 @@ pub struct Registry {
     records: Mutex<BTreeMap<String, ProcessRecord>>,
     tx: broadcast::Sender<WatchEvent>,
     start_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    follows: Arc<Follows>,
 }
 
 impl Registry {
@@ -57,7 +62,10 @@ impl Registry {
             .ensure()
             .map_err(AgentError::io("creating state dir"))?;
         let (tx, _) = broadcast::channel(4096);
+        let follows = Follows::new(cfg.max_follows_per_process, cfg.max_follows)
+            .map_err(AgentError::io("inotify for log follows"))?;
         let reg = Arc::new(Registry {
+            follows,
             cfg,
             records: Mutex::new(BTreeMap::new()),
             tx,
@@ -121,6 +129,10 @@ impl Registry {
         &self.cfg.layout
     }
 
+    pub fn follows(&self) -> &Arc<Follows> {
+        &self.follows
+    }
+
     /// Stores `rec` if newer than what we have, and tells watchers.
     fn upsert(&self, rec: ProcessRecord) {
         let mut map = self.records.lock().unwrap();
@@ -133,6 +145,12 @@ impl Registry {
         }
         map.insert(rec.exec_id.clone(), rec.clone());
         drop(map);
+        if rec.is_final() {
+            // Followers read once more after the final record: the output is complete then.
+            if let Ok(id) = ExecId::parse(&rec.exec_id) {
+                self.follows.wake(&self.cfg.layout.ledger(&id));
+            }
+        }
         let _ = self.tx.send(WatchEvent::Upsert {
             record: Box::new(rec),
         });

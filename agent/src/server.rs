@@ -24,8 +24,9 @@ use crate::exec_id::ExecId;
 use crate::ledger::{self, decode_cursor, encode_cursor, Entry, Pos, Stream};
 use crate::registry::Registry;
 
-/// Poll interval of a log follower waiting for new output.
-const FOLLOW_POLL: Duration = Duration::from_millis(20);
+/// A follower re-reads at least this often even without a wake (a missed inotify event, a
+/// full event queue): a safety net, not the way output arrives.
+const FOLLOW_FALLBACK: Duration = Duration::from_secs(5);
 /// Default page for non-follow reads without maxBytes, per ledger read.
 const READ_CHUNK: u64 = 4 << 20;
 
@@ -183,6 +184,12 @@ async fn logs(
             .map_err(|e| AgentError::Internal(e.to_string()))?
             .map_err(|e| AgentError::InvalidRequest(e.to_string()))?;
     }
+    // Subscribed before the first read, so no write between the read and the wait is missed.
+    let mut wakes = if q.follow {
+        Some(st.registry.follows().follow(&dir)?)
+    } else {
+        None
+    };
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let registry = st.registry.clone();
     let stop = st.shutdown.clone();
@@ -258,7 +265,9 @@ async fn logs(
             // gets everything.
             final_seen = registry.get(&id).map(|r| r.is_final()).unwrap_or(true);
             if !final_seen {
-                tokio::time::sleep(FOLLOW_POLL).await;
+                if let Some(w) = wakes.as_mut() {
+                    let _ = tokio::time::timeout(FOLLOW_FALLBACK, w.changed()).await;
+                }
             }
         }
         let record = registry.get(&id).ok().filter(|r| r.is_final());

@@ -939,3 +939,79 @@ async fn http_probe_path_must_be_plain() {
         );
     }
 }
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// Followers are woken by the output (inotify), not by polling: 50 idle follows cost the agent
+/// next to no CPU, a write reaches all of them at once, and a cap refuses the 51st with 429.
+#[tokio::test]
+async fn idle_follows_cost_nothing_wake_on_output_and_are_capped() {
+    use futures::StreamExt;
+    let f = fx_with(0, &["--max-follows-per-process", "50"]);
+    let r = f
+        .agent
+        .start(&req(
+            &f.ctr,
+            &[
+                "sh",
+                "-c",
+                "read x < /dev/null; sleep 3; echo late; sleep 100",
+            ],
+        ))
+        .await
+        .unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..50 {
+        let resp = f
+            .agent
+            .client
+            .get(
+                f.agent
+                    .url(&format!("/v1/processes/{}/logs?follow=true", r.exec_id)),
+            )
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        streams.push(resp.bytes_stream());
+    }
+    let over = f
+        .agent
+        .client
+        .get(
+            f.agent
+                .url(&format!("/v1/processes/{}/logs?follow=true", r.exec_id)),
+        )
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(over.status().as_u16(), 429);
+    let body: serde_json::Value = over.json().await.unwrap();
+    assert_eq!(body["code"], "TooManyRequests", "{body}");
+    let before = cpu_ticks(f.agent.pid());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let idle = cpu_ticks(f.agent.pid()) - before;
+    assert!(idle <= 5, "50 idle follows used {idle} CPU ticks in 1.5 s");
+    // "late" arrives in every stream soon after it is written (t = 3 s).
+    let t0 = std::time::Instant::now();
+    for s in streams.iter_mut() {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), s.next())
+            .await
+            .expect("a follower was not woken")
+            .unwrap()
+            .unwrap();
+        let ev: LogEvent =
+            serde_json::from_slice(chunk.split(|b| *b == b'\n').next().unwrap()).unwrap();
+        assert!(matches!(ev, LogEvent::Data { .. }), "{ev:?}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    drop(streams);
+}

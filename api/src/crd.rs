@@ -544,7 +544,7 @@ impl ErrorCode {
             W::ProcessLost => ErrorCode::ProcessLost,
             W::OperationInterrupted => ErrorCode::OperationInterrupted,
             W::AgentUnavailable => ErrorCode::AgentUnavailable,
-            W::InvalidRequest | W::Unauthorized | W::Internal => return None,
+            W::InvalidRequest | W::Unauthorized | W::Internal | W::TooManyRequests => return None,
         })
     }
 }

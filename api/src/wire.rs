@@ -43,6 +43,8 @@ pub enum ErrorCode {
     InvalidRequest,
     Unauthorized,
     Internal,
+    /// A cap on open follows (or other held resources) was reached: retry later (HTTP 429).
+    TooManyRequests,
 }
 
 impl ErrorCode {
@@ -62,6 +64,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "InvalidRequest",
             ErrorCode::Unauthorized => "Unauthorized",
             ErrorCode::Internal => "Internal",
+            ErrorCode::TooManyRequests => "TooManyRequests",
         }
     }
 }

@@ -61,6 +61,8 @@ pub enum SubresourceError {
     #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
+    TooManyRequests(String),
+    #[error("{0}")]
     Internal(String),
 }
 
@@ -74,6 +76,9 @@ impl SubresourceError {
             SubresourceError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
             SubresourceError::Unavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
+            }
+            SubresourceError::TooManyRequests(_) => {
+                (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests")
             }
             SubresourceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
         }
@@ -358,6 +363,9 @@ fn agent_error(e: AgentError, name: &str) -> SubresourceError {
         }
         AgentError::Api { error, .. } if error.code == ErrorCode::InvalidRequest => {
             SubresourceError::BadRequest(error.message)
+        }
+        AgentError::Api { error, .. } if error.code == ErrorCode::TooManyRequests => {
+            SubresourceError::TooManyRequests(error.message)
         }
         AgentError::Api { error, .. } => {
             SubresourceError::Conflict(format!("{}: {}", error.code, error.message))
