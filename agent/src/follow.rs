@@ -211,7 +211,7 @@ mod tests {
         drop((a, b));
         assert_eq!(f.open(), 1);
         assert!(
-            f.state.lock().unwrap().by_dir.get(dir.path()).is_none(),
+            !f.state.lock().unwrap().by_dir.contains_key(dir.path()),
             "watch removed"
         );
         let _d = f.follow(dir.path()).unwrap();
