@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -14,7 +15,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tracing::debug;
+use tracing::{debug, warn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -73,17 +74,42 @@ pub fn common_name(der: &[u8]) -> Option<String> {
     cn.as_str().ok().map(str::to_string)
 }
 
+/// Connections served at once; more are closed at accept (the API server's aggregator retries).
+pub const MAX_CONNECTIONS: usize = 1024;
+/// A client that has not finished its TLS handshake by then is dropped (idle sockets hold
+/// nothing).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Request headers must arrive within this (HTTP/1; HTTP/2 keeps its own keep-alive).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Accepts TLS connections forever, serving `router` on each with the peer's identity attached.
+/// An accept error (descriptors exhausted, a reset in the backlog) is logged and waited out,
+/// never the end of the server: the operator would exit with it.
 pub async fn serve(
     listener: TcpListener,
     cfg: rustls::ServerConfig,
     router: Router,
 ) -> std::io::Result<()> {
     let acceptor = TlsAcceptor::from(Arc::new(cfg));
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let (tcp, remote) = listener.accept().await?;
+        let (tcp, remote) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "accepting a subresource connection; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            debug!(%remote, "connection cap reached; closing");
+            continue; // dropping `tcp` closes it
+        };
         let (acceptor, router) = (acceptor.clone(), router.clone());
-        tokio::spawn(async move { connection(acceptor, router, tcp, remote).await });
+        tokio::spawn(async move {
+            connection(acceptor, router, tcp, remote).await;
+            drop(slot);
+        });
     }
 }
 
@@ -93,10 +119,14 @@ async fn connection(
     tcp: tokio::net::TcpStream,
     remote: SocketAddr,
 ) {
-    let tls = match acceptor.accept(tcp).await {
-        Ok(t) => t,
-        Err(e) => {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => {
             debug!(%remote, error = %e, "TLS handshake");
+            return;
+        }
+        Err(_) => {
+            debug!(%remote, "TLS handshake timed out");
             return;
         }
     };
@@ -107,10 +137,12 @@ async fn connection(
         .and_then(|c| c.first())
         .and_then(|c| common_name(c));
     let svc = TowerToHyperService::new(router.layer(axum::Extension(Peer { common_name })));
-    if let Err(e) = auto::Builder::new(TokioExecutor::new())
-        .serve_connection(TokioIo::new(tls), svc)
-        .await
-    {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    if let Err(e) = builder.serve_connection(TokioIo::new(tls), svc).await {
         debug!(%remote, error = %e, "connection");
     }
 }
