@@ -18,6 +18,9 @@ pub struct CriLookup {
     socket: PathBuf,
 }
 
+/// Deadline of one CRI call (list, status) and of connecting to the runtime's socket.
+const CRI_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl CriLookup {
     /// Connects lazily: an agent started before the runtime socket exists still comes up.
     pub fn new(socket: PathBuf) -> Result<Self, AgentError> {
@@ -25,6 +28,10 @@ impl CriLookup {
         let channel =
             Endpoint::try_from("http://[::]:50051")
                 .map_err(|e| AgentError::Internal(e.to_string()))?
+                // A wedged runtime must not wedge starts: every CRI call has a deadline (the
+                // error is ContainerUnavailable, retried by the operator like any refusal).
+                .timeout(CRI_TIMEOUT)
+                .connect_timeout(CRI_TIMEOUT)
                 .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
                     let path = path.clone();
                     async move {
