@@ -4,7 +4,9 @@
 //! - `TokenReview`: a projected ServiceAccount token with a dedicated audience, checked by the
 //!   API server (TokenReview) and pinned to one ServiceAccount (the operator's). Tokens of other
 //!   audiences (e.g. a pod's default API token) are refused, so a stolen in-cluster token of
-//!   another workload does not work here. Positive results are cached briefly by token hash.
+//!   another workload does not work here. Positive results are cached briefly by token hash;
+//!   refusals too (shorter), and reviews of tokens not in the cache are rate-limited, so a
+//!   caller spraying bad tokens cannot turn the agent into a TokenReview flood on the API server.
 //! - `Static`: one shared secret from a file, for tests and clusterless use.
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,6 +19,84 @@ use crate::error::AgentError;
 
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 const CACHE_TTL: Duration = Duration::from_secs(60);
+/// A refused token is refused again without asking the API server for this long.
+const REFUSAL_TTL: Duration = Duration::from_secs(10);
+/// Entries of each cache (bounded: tokens are caller-chosen).
+const CACHE_MAX: usize = 4096;
+/// Reviews of uncached tokens: a bucket of this many, refilled at this rate per second.
+const REVIEW_BURST: f64 = 50.0;
+const REVIEW_RATE: f64 = 20.0;
+
+/// What the agent remembers about tokens, and its TokenReview budget. Pure (time is passed in).
+struct Memory {
+    allowed: HashMap<[u8; 32], Instant>,
+    refused: HashMap<[u8; 32], (Instant, String)>,
+    tokens: f64,
+    refilled: Instant,
+}
+
+enum Known {
+    Allowed,
+    Refused(String),
+    /// Not cached, and the review budget is spent.
+    Throttled,
+    /// Not cached: review it (a review was taken from the budget).
+    Review,
+}
+
+impl Memory {
+    fn new(now: Instant) -> Memory {
+        Memory {
+            allowed: HashMap::new(),
+            refused: HashMap::new(),
+            tokens: REVIEW_BURST,
+            refilled: now,
+        }
+    }
+
+    fn lookup(&mut self, key: &[u8; 32], now: Instant) -> Known {
+        if self
+            .allowed
+            .get(key)
+            .is_some_and(|t| now.duration_since(*t) < CACHE_TTL)
+        {
+            return Known::Allowed;
+        }
+        if let Some((t, why)) = self.refused.get(key) {
+            if now.duration_since(*t) < REFUSAL_TTL {
+                return Known::Refused(why.clone());
+            }
+        }
+        let dt = now.duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + dt * REVIEW_RATE).min(REVIEW_BURST);
+        self.refilled = now;
+        if self.tokens < 1.0 {
+            return Known::Throttled;
+        }
+        self.tokens -= 1.0;
+        Known::Review
+    }
+
+    fn remember(&mut self, key: [u8; 32], verdict: &Result<(), AgentError>, now: Instant) {
+        self.allowed
+            .retain(|_, t| now.duration_since(*t) < CACHE_TTL);
+        self.refused
+            .retain(|_, (t, _)| now.duration_since(*t) < REFUSAL_TTL);
+        match verdict {
+            Ok(()) => {
+                if self.allowed.len() < CACHE_MAX {
+                    self.allowed.insert(key, now);
+                }
+            }
+            Err(AgentError::Unauthorized(why)) => {
+                if self.refused.len() < CACHE_MAX {
+                    self.refused.insert(key, (now, why.clone()));
+                }
+            }
+            Err(_) => {} // the API server did not answer: not a verdict on the token
+        }
+    }
+}
 
 pub enum Auth {
     Static { token: String },
@@ -31,7 +111,7 @@ pub struct TokenReviewer {
     /// Credentials for the TokenReview call itself (re-read: kubelet rotates projected tokens).
     own_token: String,
     client: reqwest::Client,
-    cache: Mutex<HashMap<[u8; 32], Instant>>,
+    memory: Mutex<Memory>,
 }
 
 /// Where the API server is and how the agent authenticates to it.
@@ -92,17 +172,33 @@ impl TokenReviewer {
             api: access.url,
             own_token: access.token_file,
             client,
-            cache: Mutex::new(HashMap::new()),
+            memory: Mutex::new(Memory::new(Instant::now())),
         })
     }
 
     async fn review(&self, token: &str) -> Result<(), AgentError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(t) = self.cache.lock().unwrap().get(&key) {
-            if t.elapsed() < CACHE_TTL {
-                return Ok(());
+        let known = self.memory.lock().unwrap().lookup(&key, Instant::now());
+        match known {
+            Known::Allowed => return Ok(()),
+            Known::Refused(why) => return Err(AgentError::Unauthorized(why)),
+            Known::Throttled => {
+                return Err(AgentError::TooManyRequests(
+                    "too many unknown tokens to review; retry later".into(),
+                ))
             }
+            Known::Review => {}
         }
+        let verdict = self.ask(token).await;
+        self.memory
+            .lock()
+            .unwrap()
+            .remember(key, &verdict, Instant::now());
+        verdict
+    }
+
+    /// One TokenReview: authenticated, for our audience, and the one allowed user.
+    async fn ask(&self, token: &str) -> Result<(), AgentError> {
         // The agent's own token (rotated by kubelet) authorizes the TokenReview call.
         let own = std::fs::read_to_string(&self.own_token)
             .map_err(AgentError::io("reading own token"))?;
@@ -159,9 +255,6 @@ impl TokenReviewer {
                 self.audience
             )));
         }
-        let mut cache = self.cache.lock().unwrap();
-        cache.retain(|_, t| t.elapsed() < CACHE_TTL);
-        cache.insert(key, Instant::now());
         Ok(())
     }
 }
@@ -188,5 +281,85 @@ impl Auth {
             }
             Auth::TokenReview(r) => r.review(token).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(b: u8) -> [u8; 32] {
+        [b; 32]
+    }
+
+    #[test]
+    fn verdicts_are_remembered_for_their_time() {
+        let t0 = Instant::now();
+        let mut m = Memory::new(t0);
+        assert!(matches!(m.lookup(&key(1), t0), Known::Review));
+        m.remember(key(1), &Ok(()), t0);
+        assert!(matches!(
+            m.lookup(&key(1), t0 + Duration::from_secs(59)),
+            Known::Allowed
+        ));
+        assert!(matches!(m.lookup(&key(1), t0 + CACHE_TTL), Known::Review));
+
+        m.remember(
+            key(2),
+            &Err(AgentError::Unauthorized("not the operator".into())),
+            t0,
+        );
+        match m.lookup(&key(2), t0 + Duration::from_secs(9)) {
+            Known::Refused(why) => assert_eq!(why, "not the operator"),
+            _ => panic!("a refusal is remembered"),
+        }
+        assert!(matches!(m.lookup(&key(2), t0 + REFUSAL_TTL), Known::Review));
+
+        // An unanswered review says nothing about the token.
+        m.remember(
+            key(3),
+            &Err(AgentError::OperationInterrupted("timeout".into())),
+            t0,
+        );
+        assert!(matches!(m.lookup(&key(3), t0), Known::Review));
+    }
+
+    #[test]
+    fn reviews_of_unknown_tokens_are_rate_limited_known_ones_are_not() {
+        let t0 = Instant::now();
+        let mut m = Memory::new(t0);
+        m.remember(key(0), &Ok(()), t0);
+        let mut reviews = 0;
+        for i in 0..200u32 {
+            let k: [u8; 32] = Sha256::digest(i.to_le_bytes()).into();
+            if matches!(m.lookup(&k, t0), Known::Review) {
+                reviews += 1;
+            }
+        }
+        assert_eq!(reviews, REVIEW_BURST as usize, "the burst, then throttled");
+        assert!(
+            matches!(m.lookup(&key(0), t0), Known::Allowed),
+            "the operator is never throttled"
+        );
+        // One second later: REVIEW_RATE more.
+        let t1 = t0 + Duration::from_secs(1);
+        let more = (0..100u32)
+            .filter(|i| {
+                let k: [u8; 32] = Sha256::digest((1000 + i).to_le_bytes()).into();
+                matches!(m.lookup(&k, t1), Known::Review)
+            })
+            .count();
+        assert_eq!(more, REVIEW_RATE as usize);
+    }
+
+    #[test]
+    fn caches_are_bounded() {
+        let t0 = Instant::now();
+        let mut m = Memory::new(t0);
+        for i in 0..(CACHE_MAX as u32 + 100) {
+            let k: [u8; 32] = Sha256::digest(i.to_le_bytes()).into();
+            m.remember(k, &Err(AgentError::Unauthorized("no".into())), t0);
+        }
+        assert_eq!(m.refused.len(), CACHE_MAX);
     }
 }
