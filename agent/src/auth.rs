@@ -100,7 +100,7 @@ impl Memory {
 
 pub enum Auth {
     Static { token: String },
-    TokenReview(TokenReviewer),
+    TokenReview(Box<TokenReviewer>),
 }
 
 pub struct TokenReviewer {

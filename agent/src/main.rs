@@ -228,7 +228,11 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
                 },
                 None => ApiAccess::in_cluster()?,
             };
-            Auth::TokenReview(TokenReviewer::new(access, s.audience.clone(), user)?)
+            Auth::TokenReview(Box::new(TokenReviewer::new(
+                access,
+                s.audience.clone(),
+                user,
+            )?))
         }
     };
     let supervisor_bin = match &s.supervisor_binary {
