@@ -19,6 +19,9 @@ pub const HEADER: usize = 14;
 /// Larger frames are split; bounds reader buffers and a bogus cursor's damage.
 pub const MAX_FRAME: usize = 1 << 20;
 const SEG_SUFFIX: &str = ".seg";
+/// Stream byte of a "lost" frame: output that could not be stored (a write failed, e.g. the
+/// filesystem was full). Its 8-byte payload (LE) is how many output bytes; readers see a gap.
+const LOST: u8 = 3;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stream {
@@ -160,9 +163,15 @@ fn payload_bytes(path: &Path) -> io::Result<u64> {
         if hdr[0] != MAGIC || at + HEADER as u64 + n > len {
             break;
         }
-        r.seek_relative(n as i64)?;
+        if hdr[1] == LOST && n == 8 {
+            let mut b = [0u8; 8];
+            r.read_exact(&mut b)?;
+            data += u64::from_le_bytes(b);
+        } else {
+            r.seek_relative(n as i64)?;
+            data += n;
+        }
         at += HEADER as u64 + n;
-        data += n;
     }
     Ok(data)
 }
@@ -184,6 +193,10 @@ pub struct LedgerWriter {
     /// Position of the next frame.
     end: Pos,
     retained: Vec<Retained>,
+    /// Output not stored yet because a write failed; recorded as a lost frame when one succeeds.
+    lost_pending: u64,
+    /// All output bytes that could not be stored.
+    lost_total: u64,
 }
 
 impl LedgerWriter {
@@ -245,6 +258,8 @@ impl LedgerWriter {
                 data: last.start.data + last.data,
             },
             retained,
+            lost_pending: 0,
+            lost_total: 0,
         })
     }
 
@@ -267,39 +282,98 @@ impl LedgerWriter {
         self.retained[0].start.data
     }
 
+    /// Output bytes that could not be stored (write errors), counted as gaps.
+    pub fn lost(&self) -> u64 {
+        self.lost_total
+    }
+
+    /// Appends output. A failed write (e.g. ENOSPC) stores nothing of the frame (the segment is
+    /// cut back), counts the bytes as lost, and returns the error; the writer stays usable, and
+    /// the loss becomes an explicit gap in the ledger at the next successful write.
     pub fn append(&mut self, stream: Stream, ts_nanos: u64, data: &[u8]) -> io::Result<()> {
+        if self.lost_pending > 0 {
+            let n = self.lost_pending;
+            if let Err(e) = self.frame(LOST, ts_nanos, &n.to_le_bytes(), n) {
+                self.lose(data.len() as u64);
+                return Err(e);
+            }
+            self.lost_pending = 0;
+        }
         // Frames no larger than a segment keep at least cap - segment of the newest output.
-        for chunk in data.chunks(MAX_FRAME.min(self.seg_limit as usize)) {
-            let seg_start = self.retained.last().map(|r| r.start.offset).unwrap_or(0);
-            if self.end.offset - seg_start >= self.seg_limit {
-                self.rotate()?;
+        let step = MAX_FRAME.min(self.seg_limit as usize);
+        for (i, chunk) in data.chunks(step).enumerate() {
+            let mut wrote = self.frame(stream as u8, ts_nanos, chunk, chunk.len() as u64);
+            // Full: this process's oldest output goes first, so the newest is kept.
+            if wrote.is_err() && self.free_oldest() {
+                wrote = self.frame(stream as u8, ts_nanos, chunk, chunk.len() as u64);
             }
-            let mut hdr = [0u8; HEADER];
-            hdr[0] = MAGIC;
-            hdr[1] = stream as u8;
-            hdr[2..6].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
-            hdr[6..14].copy_from_slice(&ts_nanos.to_le_bytes());
-            // One write per frame: a concurrent reader sees a whole frame or a short tail it waits on.
-            let total = HEADER + chunk.len();
-            let mut written = self
-                .file
-                .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(chunk)])?;
-            if written < total {
-                let mut frame = Vec::with_capacity(total);
-                frame.extend_from_slice(&hdr);
-                frame.extend_from_slice(chunk);
-                while written < total {
-                    written += self.file.write(&frame[written..])?;
-                }
-            }
-            self.end.offset += total as u64;
-            self.end.data += chunk.len() as u64;
-            if let Some(last) = self.retained.last_mut() {
-                last.len += total as u64;
-                last.data += chunk.len() as u64;
+            if let Err(e) = wrote {
+                self.lose((data.len() - i * step) as u64);
+                return Err(e);
             }
         }
         Ok(())
+    }
+
+    fn lose(&mut self, n: u64) {
+        self.lost_pending += n;
+        self.lost_total += n;
+    }
+
+    /// Writes one frame whose payload stands for `counts` output bytes; all or nothing.
+    fn frame(&mut self, kind: u8, ts_nanos: u64, payload: &[u8], counts: u64) -> io::Result<()> {
+        let seg_start = self.retained.last().map(|r| r.start.offset).unwrap_or(0);
+        if self.end.offset - seg_start >= self.seg_limit {
+            self.rotate()?;
+        }
+        let mut hdr = [0u8; HEADER];
+        hdr[0] = MAGIC;
+        hdr[1] = kind;
+        hdr[2..6].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        hdr[6..14].copy_from_slice(&ts_nanos.to_le_bytes());
+        // One write per frame: a concurrent reader sees a whole frame or a short tail it waits on.
+        let total = HEADER + payload.len();
+        let before = self.retained.last().map(|r| r.len).unwrap_or(0);
+        let wrote = (|| {
+            let mut written = self
+                .file
+                .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(payload)])?;
+            if written < total {
+                let mut frame = Vec::with_capacity(total);
+                frame.extend_from_slice(&hdr);
+                frame.extend_from_slice(payload);
+                while written < total {
+                    match self.file.write(&frame[written..])? {
+                        0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                        n => written += n,
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = wrote {
+            // No half frame may stay: readers would take the next frame's bytes for its rest.
+            let _ = self.file.set_len(before);
+            return Err(e);
+        }
+        self.end.offset += total as u64;
+        self.end.data += counts;
+        if let Some(last) = self.retained.last_mut() {
+            last.len += total as u64;
+            last.data += counts;
+        }
+        Ok(())
+    }
+
+    /// Drops the oldest retained segment (never the one being written) to free room on a full
+    /// filesystem; readers get an explicit gap. False when there is nothing to drop.
+    pub fn free_oldest(&mut self) -> bool {
+        if self.retained.len() < 2 {
+            return false;
+        }
+        let old = self.retained.remove(0);
+        let _ = fs::remove_file(self.dir.join(seg_name(old.start)));
+        true
     }
 
     fn rotate(&mut self) -> io::Result<()> {
@@ -341,8 +415,8 @@ pub enum Entry {
         data: Vec<u8>,
         cursor: Pos,
     },
-    /// Output between `from` and `to` was dropped by the retention cap:
-    /// `to.data - from.data` output bytes.
+    /// Output between `from` and `to` is not there: dropped by the retention cap, or never
+    /// stored (a write failed); `to.data - from.data` output bytes.
     Gap { from: Pos, to: Pos },
 }
 
@@ -404,11 +478,24 @@ pub fn read_after(dir: &Path, pos: Pos, max_bytes: u64) -> Result<(Vec<Entry>, P
             r.read_exact(&mut hdr)?;
             let stream = Stream::from_byte(hdr[1]);
             let n = u32::from_le_bytes(hdr[2..6].try_into().unwrap()) as u64;
-            if hdr[0] != MAGIC || stream.is_none() || n as usize > MAX_FRAME {
+            let lost = hdr[1] == LOST && n == 8;
+            if hdr[0] != MAGIC || (stream.is_none() && !lost) || n as usize > MAX_FRAME {
                 return Err(ReadError::BadCursor(start + at));
             }
             if at + HEADER as u64 + n > len {
                 break; // frame still being written
+            }
+            if lost {
+                let mut b = [0u8; 8];
+                r.read_exact(&mut b)?;
+                at += HEADER as u64 + n;
+                let from = pos;
+                pos = Pos {
+                    offset: start + at,
+                    data: pos.data + u64::from_le_bytes(b),
+                };
+                out.push(Entry::Gap { from, to: pos });
+                continue;
             }
             if have_data && n > budget {
                 return Ok((out, pos));

@@ -159,6 +159,8 @@ struct Supervisor {
     probe_cancel: Arc<AtomicBool>,
     dirty_since: Option<Instant>,
     oom_before: Option<u64>,
+    /// Kinds of write that failed so far (logged once each).
+    write_errors: Vec<&'static str>,
 }
 
 impl Supervisor {
@@ -234,6 +236,7 @@ impl Supervisor {
             probe_cancel: Arc::new(AtomicBool::new(false)),
             dirty_since: None,
             oom_before,
+            write_errors: Vec::new(),
         };
         s.save(false)?;
         Ok(s)
@@ -249,9 +252,42 @@ impl Supervisor {
             let start = v.iter().position(|&c| (c as i8) >= -64).unwrap_or(0).min(3);
             String::from_utf8_lossy(&v[start..]).into_owned()
         };
-        self.rec.output.dropped_bytes = self.ledger.dropped();
+        self.rec.output.dropped_bytes = self.ledger.dropped() + self.ledger.lost();
         self.dirty_since = None;
-        record::write_json(&self.layout.record(&self.id), &self.rec, durable)
+        let path = self.layout.record(&self.id);
+        if !durable {
+            // A refresh that cannot be written (a full disk) is retried later; supervising goes
+            // on, and nothing the process does depends on it.
+            if let Err(e) = record::write_json(&path, &self.rec, false) {
+                self.write_failed("record", &e);
+                self.dirty_since = Some(Instant::now());
+            }
+            return Ok(());
+        }
+        // The durable record (the end) must be written: on a full filesystem this process's own
+        // oldest output is given up for it (an explicit gap), and it is retried for a while.
+        let until = Instant::now() + Duration::from_secs(600);
+        loop {
+            match record::write_json(&path, &self.rec, true) {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() < until => {
+                    self.write_failed("final record", &e);
+                    if !self.ledger.free_oldest() {
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                    self.rec.output.dropped_bytes = self.ledger.dropped() + self.ledger.lost();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Logs a failed write once per kind (the log may be on the same full filesystem).
+    fn write_failed(&mut self, what: &'static str, e: &std::io::Error) {
+        if !self.write_errors.contains(&what) {
+            self.write_errors.push(what);
+            eprintln!("supervisor: writing {what}: {e} (supervision continues)");
+        }
     }
 
     fn fail(&mut self, code: ErrorCode, message: String) -> Result<()> {
@@ -533,7 +569,11 @@ impl Supervisor {
     }
 
     fn append_output(&mut self, stream: Stream, data: &[u8]) -> std::io::Result<()> {
-        self.ledger.append(stream, now_nanos(), data)?;
+        // Output that cannot be stored is counted as lost (a gap readers see), never the end of
+        // supervision.
+        if let Err(e) = self.ledger.append(stream, now_nanos(), data) {
+            self.write_failed("output", &e);
+        }
         match stream {
             Stream::Stdout => self.rec.output.stdout_bytes += data.len() as u64,
             Stream::Stderr => self.rec.output.stderr_bytes += data.len() as u64,

@@ -1015,3 +1015,84 @@ async fn idle_follows_cost_nothing_wake_on_output_and_are_capped() {
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     drop(streams);
 }
+
+/// A full filesystem under the state dir never ends supervision: output that cannot be stored
+/// becomes an explicit gap, and the final record (exit code) is still written.
+#[tokio::test]
+async fn a_full_state_filesystem_loses_output_not_the_exit() {
+    require_root();
+    let base = base_dir("exec");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let state = base.join(uniq("small-state"));
+    std::fs::create_dir_all(&state).unwrap();
+    let size = 1u64 << 30;
+    let st = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size},mode=0700"),
+            "tmpfs",
+        ])
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mounting a tmpfs state dir");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(state.clone());
+    let agent = Agent::launch_in(&base, &runc_root, &state, &[]);
+    // Now shrink it to what the agent uses so far plus 4 MiB.
+    let used = {
+        let st = nix::sys::statvfs::statvfs(&state).unwrap();
+        (st.blocks() - st.blocks_free()) as u64 * st.fragment_size() as u64
+    };
+    let st = std::process::Command::new("mount")
+        .args(["-o", &format!("remount,size={}", used + (4 << 20))])
+        .arg(&state)
+        .status()
+        .unwrap();
+    assert!(st.success(), "shrinking the tmpfs");
+    // 16 MiB of output into 4 MiB of room, then a last line and an exit code.
+    let r = agent
+        .start(&req(
+            &ctr,
+            &[
+                "sh",
+                "-c",
+                "dd if=/dev/zero bs=65536 count=256 2>/dev/null; echo; echo the-end; exit 3",
+            ],
+        ))
+        .await
+        .unwrap();
+    let r = agent.wait_final(&r.exec_id, Duration::from_secs(60)).await;
+    let events = agent.logs(&r.exec_id, "").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, LogEvent::Truncated { dropped_bytes, .. } if *dropped_bytes > 0)),
+        "readers see the loss as a gap"
+    );
+    drop(agent);
+    let exit = r.exit.clone().expect("the exit is recorded");
+    assert_eq!(
+        (exit.code, r.end_reason),
+        (3, Some(EndReason::Exited)),
+        "{r:?}"
+    );
+    assert_eq!(r.output.stdout_bytes, (16 << 20) + 1 + 8);
+    assert!(
+        r.output.dropped_bytes >= 8 << 20,
+        "most of the output could not be kept: {}",
+        r.output.dropped_bytes
+    );
+    assert!(r.output.tail.ends_with("the-end\n"), "{:?}", &r.output.tail);
+}

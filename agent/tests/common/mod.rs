@@ -184,7 +184,12 @@ pub struct Agent {
 
 impl Agent {
     pub fn launch(base: &Path, runc_root: &Path, extra: &[&str]) -> Agent {
-        let state = base.join(uniq("state"));
+        Self::launch_in(base, runc_root, &base.join(uniq("state")), extra)
+    }
+
+    /// Like `launch`, with the state dir at `state` (e.g. a small filesystem of its own).
+    pub fn launch_in(base: &Path, runc_root: &Path, state: &Path, extra: &[&str]) -> Agent {
+        let state = state.to_path_buf();
         let mut a = Agent {
             base: base.to_path_buf(),
             state,
