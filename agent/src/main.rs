@@ -90,6 +90,10 @@ struct Serve {
     /// Output kept per process; older output is dropped with an explicit gap marker.
     #[arg(long, default_value_t = 64 << 20)]
     log_retention_bytes: u64,
+    /// Most processes supervised at once on this node; more starts wait (429, the operator keeps
+    /// them Pending).
+    #[arg(long, default_value_t = 2000)]
+    max_processes: usize,
     /// Most log follows open at once on one process; more are refused (429).
     #[arg(long, default_value_t = 256)]
     max_follows_per_process: usize,
@@ -267,6 +271,7 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         default_runtime_root: s.runtime_root.clone(),
         retention_bytes: s.log_retention_bytes,
         proc_root: s.proc_root.clone(),
+        max_processes: s.max_processes,
         max_follows_per_process: s.max_follows_per_process,
         max_follows: s.max_follows,
     };

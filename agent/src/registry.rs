@@ -41,6 +41,8 @@ pub struct Config {
     pub retention_bytes: u64,
     /// Prefix under which container roots are visible (`/proc`; with hostPID the host's).
     pub proc_root: String,
+    /// Most processes supervised at once on this node.
+    pub max_processes: usize,
     /// Most log follows open at once on one process, and on this agent.
     pub max_follows_per_process: usize,
     pub max_follows: usize,
@@ -296,6 +298,20 @@ impl Registry {
         let proc_dir = self.cfg.layout.proc_dir(&id);
         if proc_dir.exists() {
             return self.wait_started(&id).await;
+        }
+        // A node-wide cap on supervised processes (each holds a supervisor and a cgroup): a start
+        // beyond it is refused for now, and the operator keeps it Pending until there is room.
+        let running = self
+            .records
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|r| !r.is_final())
+            .count();
+        if running >= self.cfg.max_processes {
+            return Err(AgentError::TooManyRequests(format!(
+                "this node's agent supervises {running} processes, its cap (--max-processes); the start waits for room"
+            )));
         }
         let info = self.cfg.lookup.find(&req.pod_uid, &req.container).await?;
         let process = exec_spec::build_process(&info.spec, &req)?;

@@ -1096,3 +1096,40 @@ async fn a_full_state_filesystem_loses_output_not_the_exit() {
     );
     assert!(r.output.tail.ends_with("the-end\n"), "{:?}", &r.output.tail);
 }
+
+/// A node-wide cap on supervised processes: a start beyond it is refused for now (429), not an
+/// error of the process, and goes through once one has ended.
+#[tokio::test]
+async fn starts_beyond_the_node_cap_wait_for_room() {
+    let f = fx_with(0, &["--max-processes", "2"]);
+    let a = f
+        .agent
+        .start(&req(&f.ctr, &["sleep", "100"]))
+        .await
+        .unwrap();
+    let _b = f
+        .agent
+        .start(&req(&f.ctr, &["sleep", "100"]))
+        .await
+        .unwrap();
+    let third = req(&f.ctr, &["true"]);
+    let (status, body) = f.agent.start(&third).await.unwrap_err();
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["code"], "TooManyRequests");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-processes"),
+        "{body}"
+    );
+    let (s, _) = f
+        .agent
+        .signal(&a.exec_id, json!({"stop": true, "graceSeconds": 0}))
+        .await;
+    assert_eq!(s, 200);
+    f.agent.wait_final(&a.exec_id, T).await;
+    let r = f.agent.start(&third).await.unwrap();
+    let r = f.agent.wait_final(&r.exec_id, T).await;
+    assert_eq!(r.exit.unwrap().code, 0);
+}

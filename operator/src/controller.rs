@@ -413,8 +413,16 @@ async fn apply(
                             .unwrap()
                             .entry(uid.clone())
                             .or_insert_with(Instant::now);
-                        if transient && since.elapsed() < settings.agent_grace {
+                        if error.code == ErrorCode::TooManyRequests {
+                            // The node is at its process cap: wait for room (the start deadline
+                            // bounds the wait).
                             AgentView::Retrying {
+                                reason: "NodeAtCapacity".into(),
+                                message: error.message,
+                            }
+                        } else if transient && since.elapsed() < settings.agent_grace {
+                            AgentView::Retrying {
+                                reason: "ContainerNotReady".into(),
                                 message: format!("{}: {}; retrying", error.code, error.message),
                             }
                         } else {
@@ -469,6 +477,9 @@ async fn apply(
             != Some((r.output.stdout_bytes.min(i64::MAX as u64) as i64, r.output.stderr_bytes.min(i64::MAX as u64) as i64)));
     let action = match (&agent, held_output) {
         (_, Some(left)) if output_pending => Action::requeue(left + Duration::from_millis(50)),
+        (AgentView::Retrying { reason, .. }, _) if reason == "NodeAtCapacity" => {
+            Action::requeue(Duration::from_secs(10))
+        }
         (AgentView::Retrying { .. }, _) => Action::requeue(Duration::from_secs(2)),
         (AgentView::Unreachable { .. }, _) => Action::requeue(Duration::from_secs(5)),
         _ if next.phase == Some(Phase::Pending) => Action::requeue(Duration::from_secs(30)),

@@ -76,7 +76,7 @@ pub enum AgentView {
     Rejected(wire::ApiError),
     /// The agent refused for now, and will be asked again (the runtime has not caught up with
     /// the pod's status yet): the process stays Pending with this message.
-    Retrying { message: String },
+    Retrying { reason: String, message: String },
     /// No answer from the agent (or no agent known for the node) since `since`.
     Unreachable { since: Time, message: String },
 }
@@ -562,7 +562,7 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
                 },
             )
         }
-        AgentView::Retrying { message } => pending("ContainerNotReady", message.clone()),
+        AgentView::Retrying { reason, message } => pending(reason, message.clone()),
         AgentView::Unreachable { message, .. } => pending(
             "Starting",
             format!("waiting for the agent on node {node}: {message}"),

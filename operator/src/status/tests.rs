@@ -276,12 +276,25 @@ fn start_rejected_by_agent_is_error_with_its_code() {
 fn start_retried_stays_pending() {
     let s = Case::new()
         .agent(AgentView::Retrying {
+            reason: "ContainerNotReady".into(),
             message: "container \"main\" not found yet".into(),
         })
         .run();
     assert_eq!(s.phase, Some(Phase::Pending));
     assert_eq!(cond(&s, condition::RECONCILING).reason, "ContainerNotReady");
     assert!(!is_final(&s));
+    let s = Case::new()
+        .agent(AgentView::Retrying {
+            reason: "NodeAtCapacity".into(),
+            message: "this node's agent supervises 2000 processes".into(),
+        })
+        .run();
+    assert_eq!(
+        s.phase,
+        Some(Phase::Pending),
+        "a node at capacity is not an error"
+    );
+    assert_eq!(cond(&s, condition::READY).reason, "NodeAtCapacity");
 }
 
 #[test]
