@@ -120,6 +120,21 @@ impl AgentClient {
         Self::record(resp, url).await
     }
 
+    /// Every process the agent holds.
+    pub async fn list(&self, url: &str) -> Result<Vec<ProcessRecord>, AgentError> {
+        let r = self
+            .http
+            .get(format!("{url}/v1/processes"))
+            .timeout(Duration::from_secs(30));
+        let resp = self.send(url, r).await?;
+        let list: sandbox_api::wire::ProcessList =
+            resp.json().await.map_err(|e| AgentError::Unreachable {
+                url: url.into(),
+                message: format!("decoding the process list: {e}"),
+            })?;
+        Ok(list.items)
+    }
+
     /// The agent's record; `None` when it has no such process.
     pub async fn get(&self, url: &str, id: &str) -> Result<Option<ProcessRecord>, AgentError> {
         let r = self
@@ -389,6 +404,11 @@ impl Agents {
     }
 
     /// The desired set of agents: the fixed URL, or one per running agent pod.
+    /// The URL of every agent pod that runs.
+    pub fn urls(&self) -> HashSet<String> {
+        self.desired()
+    }
+
     fn desired(&self) -> HashSet<String> {
         if let Some(u) = &self.fixed_url {
             return HashSet::from([u.clone()]);

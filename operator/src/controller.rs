@@ -96,6 +96,8 @@ pub struct Settings {
     pub agent_url: Option<String>,
     pub agent_port: u16,
     pub agent_token_file: std::path::PathBuf,
+    /// How often the agents' processes are compared with the objects (orphans).
+    pub orphan_sweep: Duration,
     /// Namespace of the agent pods.
     pub namespace: String,
     /// `reportingInstance` of Events.
@@ -707,6 +709,7 @@ pub async fn run(
         tx,
     );
     let watches = tokio::spawn(agents.clone().run_watches());
+    let (sweeper_agents, sweep_every) = (agents.clone(), settings.orphan_sweep);
 
     let reporter = Reporter {
         controller: FIELD_MANAGER.into(),
@@ -749,7 +752,8 @@ pub async fn run(
             futures::future::ready(found)
         });
     // Pod changed → reconcile the objects naming it.
-    let by_pod = store;
+    let by_pod = store.clone();
+    let sweeper = tokio::spawn(sweep_orphans(sweeper_agents, store, sweep_every));
     let controller = controller
         .watches_stream(pod_events, move |p: Pod| {
             let (ns, name) = (p.namespace(), p.name_any());
@@ -777,7 +781,60 @@ pub async fn run(
         })
         .await;
     watches.abort();
+    sweeper.abort();
     Ok(())
+}
+
+/// Processes an agent holds for objects that no longer exist (a finalizer removed by hand, the
+/// delete give-up, a race) are stopped and forgotten: nothing runs or keeps output for an object
+/// nobody can see. Only ids shaped like object UIDs are ours to judge, and only those missing in
+/// two sweeps in a row (by default a 5-minute margin over any cache lag). Runs while this
+/// operator leads.
+async fn sweep_orphans(agents: Arc<Agents>, store: Store<SandboxProcess>, every: Duration) {
+    let mut suspects: std::collections::HashSet<String> = Default::default();
+    loop {
+        tokio::time::sleep(every).await;
+        if store.wait_until_ready().await.is_err() {
+            continue;
+        }
+        let known: std::collections::HashSet<String> =
+            store.state().iter().filter_map(|o| o.uid()).collect();
+        let mut missing = std::collections::HashSet::new();
+        for url in agents.urls() {
+            let Ok(records) = agents.client.list(&url).await else {
+                continue;
+            };
+            for r in records {
+                let id = r.exec_id;
+                if !is_uid(&id) || known.contains(&id) {
+                    continue;
+                }
+                if suspects.contains(&id) {
+                    warn!(exec_id = %id, agent = %url, "no object for this process; stopping and forgetting it");
+                    if let Err(e) = agents
+                        .client
+                        .forget(&url, &id, Duration::from_secs(30))
+                        .await
+                    {
+                        warn!(exec_id = %id, error = %e, "forgetting an orphaned process");
+                        missing.insert(id);
+                    }
+                } else {
+                    missing.insert(id);
+                }
+            }
+        }
+        suspects = missing;
+    }
+}
+
+/// An object UID (RFC 4122 text form), as every exec id the operator makes is.
+fn is_uid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
 }
 
 #[cfg(test)]
@@ -786,6 +843,19 @@ mod tests {
 
     /// A panic in one object's reconcile becomes that object's error (with its metric label),
     /// and the next reconcile runs normally.
+    #[test]
+    fn only_uid_shaped_ids_are_swept() {
+        assert!(is_uid("0f8fad5b-d9cb-469f-a165-70867728950e"));
+        for s in [
+            "x-123-4",
+            "",
+            "0f8fad5b-d9cb-469f-a165-70867728950",
+            "0f8fad5bxd9cb-469f-a165-70867728950e",
+        ] {
+            assert!(!is_uid(s), "{s}");
+        }
+    }
+
     #[tokio::test]
     async fn a_panicking_reconcile_is_an_error_not_a_crash() {
         let e = unpanicked::<()>(async {

@@ -42,6 +42,10 @@ struct Args {
     /// ProcessLost.
     #[arg(long, default_value_t = 30)]
     agent_grace_seconds: u64,
+    /// Seconds between two comparisons of the agents' processes with the objects; a process
+    /// whose object is missing in two in a row is stopped and forgotten.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    orphan_sweep_seconds: u64,
     /// Leader election through one Lease per cluster: every operator of the cluster (replicas,
     /// other releases, one started by hand) must share it, so that only one acts. Turn off only
     /// where no other operator can run.
@@ -187,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
         agent_token_file: args.agent_token_file.clone(),
         namespace: args.namespace.clone(),
         instance: identity,
+        orphan_sweep: Duration::from_secs(args.orphan_sweep_seconds),
     };
     controller::run(client, settings, metrics.clone(), shutdown).await?;
     metrics.set_leader(false);
