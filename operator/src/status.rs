@@ -272,6 +272,10 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
                     cpu_time_millis: (u.cpu_nanos / 1_000_000) as i64,
                 });
             }
+        }
+        // Not held back like output and usage: the supervisor changes it at most every 5 s, and
+        // at once when the root exits, so `rootExited: true` comes with the count of what runs on.
+        if r.processes.is_some() {
             s.processes = r.processes.map(|n| n.min(i32::MAX as u32) as i32);
         }
         s.root_exited = r.root_exited && !r.is_final();
