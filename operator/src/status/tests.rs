@@ -990,6 +990,12 @@ fn output_is_refreshed_only_when_due_and_at_the_end() {
 fn root_exited_comes_with_the_live_count_while_output_is_held() {
     let first = Case::new().record(record(wire::Phase::Running)).run();
     assert_eq!((first.root_exited, first.processes), (false, None));
+    // while the root runs, the count waits for the output refresh (no extra status writes)
+    let mut counted = record(wire::Phase::Running);
+    counted.processes = Some(1);
+    let mut case = Case::new().prev(first.clone()).record(counted);
+    case.output_due = false;
+    assert_eq!(case.run().processes, None);
     let mut gone = record(wire::Phase::Running);
     gone.root_exited = true;
     gone.processes = Some(2);
