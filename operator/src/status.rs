@@ -269,7 +269,8 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
         s.pid = r.pid.or(s.pid);
         s.started_at = parse_time(r.started_at.as_deref()).or(s.started_at);
         s.ready_at = parse_time(r.ready_at.as_deref()).or(s.ready_at);
-        if r.is_final() || f.output_due || s.output.is_none() {
+        let due = r.is_final() || f.output_due || s.output.is_none();
+        if due {
             s.output = Some(output(&r.output));
             if let Some(u) = &r.usage {
                 s.usage = Some(UsageStatus {
@@ -277,6 +278,11 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
                     cpu_time_millis: (u.cpu_nanos / 1_000_000) as i64,
                 });
             }
+        }
+        // While the root is gone and others run, the count is why the object is still Running:
+        // not held back with output and usage (the supervisor changes it at most every 5 s, and
+        // once when the root exits), so `rootExited: true` comes with it.
+        if (due || r.root_exited) && r.processes.is_some() {
             s.processes = r.processes.map(|n| n.min(i32::MAX as u32) as i32);
         }
         s.root_exited = r.root_exited && !r.is_final();

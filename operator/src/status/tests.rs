@@ -1016,6 +1016,33 @@ fn output_is_refreshed_only_when_due_and_at_the_end() {
 }
 
 #[test]
+fn root_exited_comes_with_the_live_count_while_output_is_held() {
+    let first = Case::new().record(record(wire::Phase::Running)).run();
+    assert_eq!((first.root_exited, first.processes), (false, None));
+    // while the root runs, the count waits for the output refresh (no extra status writes)
+    let mut counted = record(wire::Phase::Running);
+    counted.processes = Some(1);
+    let mut case = Case::new().prev(first.clone()).record(counted);
+    case.output_due = false;
+    assert_eq!(case.run().processes, None);
+    let mut gone = record(wire::Phase::Running);
+    gone.root_exited = true;
+    gone.processes = Some(2);
+    let mut case = Case::new().prev(first).record(gone);
+    case.output_due = false;
+    let s = case.run();
+    assert_eq!(s.phase, Some(Phase::Running));
+    assert_eq!((s.root_exited, s.processes), (true, Some(2)));
+    // at the end: the root no longer "exited while others run", nothing left
+    let mut end = exited(7, None, wire::EndReason::Exited);
+    end.processes = Some(0);
+    let mut case = Case::new().prev(s).record(end);
+    case.output_due = false;
+    let s = case.run();
+    assert_eq!((s.root_exited, s.processes), (false, Some(0)));
+}
+
+#[test]
 fn ttl_counts_from_the_end() {
     let mut spec = spec();
     let done = Case::new()
