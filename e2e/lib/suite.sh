@@ -7,6 +7,17 @@
 #   check NAME CMD...      runs one check; "ok"/"FAIL" with the output indented ("note:" lines
 #                          of a passing check are shown)
 #   summary                the "N passed, M failed" line every suite ends with; its exit status
+#
+# and, for suites that drive SandboxProcesses in one test namespace ($SPO_NS):
+#   k ARGS...              kubectl -n $SPO_NS
+#   get NAME JSONPATH      a field of a SandboxProcess ('' if absent)
+#   cond NAME TYPE         a condition as STATUS/REASON
+#   status_of NAME         its status, for a failure's output
+#   wait_for NAME JSONPATH VALUE [SECONDS]   polls until the field has the value (default 60 s)
+#   expect GOT WANT        one comparison with a readable failure
+#   sbp_yaml NAME POD SPEC-LINES...          one SandboxProcess document; sbp applies it
+#   pod_yaml NAME [MEMORY-LIMIT]             a sleeping pod of the workload image; pod applies it
+#   in_pod POD CMD...      kubectl exec into its main container
 # shellcheck shell=bash
 
 passed=0
@@ -95,3 +106,47 @@ for r in json.load(sys.stdin):
   [ -z "$(kubectl get pods -A -l "$SPO_CHART_LABEL" -o name 2>/dev/null)" ] ||
     refuse "operator/agent pods are still running: kubectl get pods -A -l $SPO_CHART_LABEL"
 }
+
+# --- SandboxProcesses in $SPO_NS ------------------------------------------------------------------
+k() { kubectl -n "$SPO_NS" "$@"; }
+get() { k get sbp "$1" -o "jsonpath=$2" 2>/dev/null; }
+cond() { get "$1" "{.status.conditions[?(@.type==\"$2\")].status}/{.status.conditions[?(@.type==\"$2\")].reason}"; }
+status_of() { echo "--- $1"; k get sbp "$1" -o yaml 2>&1 | sed -n '/^status:/,$p'; }
+wait_for() {
+  local deadline=$((SECONDS + ${4:-60})) v=
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    v=$(get "$1" "$2") || true
+    [ "$v" = "$3" ] && return 0
+    sleep 0.5
+  done
+  echo "$1: $2 is '$v', expected '$3'"; status_of "$1"; return 1
+}
+expect() { [ "$1" = "$2" ] || { echo "expected '$2', got '$1'"; return 1; }; }
+sbp_yaml() {
+  local name=$1 pod=$2 l
+  shift 2
+  printf -- '---\napiVersion: sandbox.dev/v1alpha1\nkind: SandboxProcess\nmetadata: {name: %s}\nspec:\n  podName: %s\n' "$name" "$pod"
+  for l in "$@"; do printf '  %s\n' "$l"; done
+}
+sbp() { sbp_yaml "$@" | k apply -f - >/dev/null; }
+pod_yaml() {
+  cat <<YAML
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: $1}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: localhost/sandbox-workload:e2e
+    imagePullPolicy: Never
+    command: ["sleep", "100000"]
+    env:
+    - {name: FROM_POD, value: pod-value}
+    - {name: OVERRIDDEN, value: pod-value}
+YAML
+  [ -z "${2:-}" ] || printf '    resources: {limits: {memory: %s}}\n' "$2"
+}
+pod() { pod_yaml "$1" | k apply -f - >/dev/null; }
+in_pod() { k exec "$1" -c main -- "${@:2}"; }
