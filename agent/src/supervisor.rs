@@ -142,8 +142,10 @@ struct Supervisor {
     exit: Option<ChildEnd>,
     /// The process's own cgroup (created before the launch; removed at the end).
     cgroup: Option<ProcessCgroup>,
-    /// inotify on the cgroup's `cgroup.events` (v2): the tree's end without polling.
-    cgroup_watch: Option<nix::sys::inotify::Inotify>,
+    /// The cgroup's `cgroup.events` (v2), kept open: the kernel wakes `poll` (POLLPRI) when it
+    /// changes, so the tree's end is seen at once without polling, and without an inotify
+    /// instance per process (those are a scarce per-user resource the node's daemons need).
+    cgroup_events: Option<std::fs::File>,
     /// Every member of the cgroup has ended, since then.
     emptied_at: Option<Instant>,
     usage_at: Option<Instant>,
@@ -222,7 +224,7 @@ impl Supervisor {
             host_pid: None,
             exit: None,
             cgroup: None,
-            cgroup_watch: None,
+            cgroup_events: None,
             emptied_at: None,
             usage_at: None,
             timeout_at: None,
@@ -338,10 +340,11 @@ impl Supervisor {
             }
         }
         if let Some(ev) = self.cgroup.as_ref().and_then(ProcessCgroup::events_file) {
-            use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-            let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
-            watch.add_watch(&ev, AddWatchFlags::IN_MODIFY)?;
-            self.cgroup_watch = Some(watch);
+            // Without it, membership is polled instead: never a reason to fail the start.
+            if let Ok(f) = std::fs::File::open(ev) {
+                rearm(&f);
+                self.cgroup_events = Some(f);
+            }
         }
         Ok(Some(name))
     }
@@ -710,7 +713,7 @@ impl Supervisor {
     fn next_deadline(&self) -> Option<Instant> {
         let flush = self.dirty_since.map(|t| t + COUNTER_FLUSH);
         let drain = self.emptied_at.map(|t| t + DRAIN_GRACE);
-        let membership = match (&self.exit, &self.emptied_at, &self.cgroup_watch) {
+        let membership = match (&self.exit, &self.emptied_at, &self.cgroup_events) {
             (Some(_), None, None) => Some(Instant::now() + MEMBERSHIP_POLL),
             _ => None,
         };
@@ -772,9 +775,9 @@ impl Supervisor {
                     slots[4] = fds.len();
                     fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
                 }
-                if let Some(w) = &self.cgroup_watch {
+                if let Some(f) = &self.cgroup_events {
                     slots[5] = fds.len();
-                    fds.push(PollFd::new(w.as_fd(), PollFlags::POLLIN));
+                    fds.push(PollFd::new(f.as_fd(), PollFlags::POLLPRI));
                 }
                 match poll(&mut fds, timeout) {
                     Ok(_) | Err(Errno::EINTR) => {}
@@ -784,9 +787,9 @@ impl Supervisor {
                     slot != usize::MAX && fds[slot].revents().is_some_and(|r| !r.is_empty())
                 };
                 if hit(slots[5]) {
-                    // Drained only; membership is re-read at the top of the loop.
-                    if let Some(w) = &self.cgroup_watch {
-                        while w.read_events().is_ok_and(|e| !e.is_empty()) {}
+                    // Re-armed only; membership is re-read at the top of the loop.
+                    if let Some(f) = &self.cgroup_events {
+                        rearm(f);
                     }
                 }
                 (
@@ -972,6 +975,13 @@ fn end_tree(layout: &Layout, id: &ExecId) -> Result<()> {
     }
     std::fs::remove_file(&path)?;
     Ok(())
+}
+
+/// Reads a kernfs file from its start through this descriptor: its next change wakes `poll`.
+fn rearm(f: &std::fs::File) {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 256];
+    let _ = f.read_at(&mut buf, 0);
 }
 
 /// The runtime's error message from its JSON log (last error/fatal entries).

@@ -92,6 +92,11 @@ async fn running_until_the_last_member_ends_with_the_roots_code() {
         waited >= Duration::from_millis(2500),
         "ended after {waited:?}"
     );
+    // Seen when the last member ends (the kernel wakes the supervisor), not at a later refresh.
+    assert!(
+        waited < Duration::from_millis(4500),
+        "ended after {waited:?}"
+    );
     let exit = r.exit.clone().unwrap();
     assert_eq!((exit.code, exit.signal), (7, None), "{r:?}");
     assert_eq!(r.end_reason, Some(EndReason::Exited));
