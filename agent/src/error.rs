@@ -41,6 +41,9 @@ pub enum AgentError {
     },
     #[error("{0}")]
     Internal(String),
+    /// The process's output is no longer kept (the node's output budget or retention period).
+    #[error("{0}")]
+    OutputFreed(String),
     /// A cap on what callers may hold open was reached; retry later.
     #[error("{0}")]
     TooManyRequests(String),
@@ -67,6 +70,7 @@ impl AgentError {
             AgentError::Runtime(_) => ErrorCode::ContainerUnavailable,
             AgentError::Io { .. } | AgentError::Internal(_) => ErrorCode::Internal,
             AgentError::TooManyRequests(_) => ErrorCode::TooManyRequests,
+            AgentError::OutputFreed(_) => ErrorCode::OutputFreed,
         }
     }
 
@@ -82,6 +86,7 @@ impl AgentError {
             | ErrorCode::InvalidProcessEnvironment
             | ErrorCode::InvalidResourceLimits => 400,
             ErrorCode::TooManyRequests => 429,
+            ErrorCode::OutputFreed => 410,
             ErrorCode::Unauthorized => 401,
             ErrorCode::ProcessNotFound | ErrorCode::ContainerNotFound => 404,
             ErrorCode::ContainerUnavailable | ErrorCode::ProcessSpawnFailed => 409,

@@ -365,6 +365,14 @@ impl LedgerWriter {
         Ok(())
     }
 
+    /// Takes note of old segments removed by someone else (the agent's node output budget), so
+    /// that [`Self::dropped`] counts them.
+    pub fn notice_removed(&mut self) {
+        while self.retained.len() > 1 && !self.dir.join(seg_name(self.retained[0].start)).exists() {
+            self.retained.remove(0);
+        }
+    }
+
     /// Drops the oldest retained segment (never the one being written) to free room on a full
     /// filesystem; readers get an explicit gap. False when there is nothing to drop.
     pub fn free_oldest(&mut self) -> bool {
@@ -391,11 +399,16 @@ impl LedgerWriter {
         while total > self.cap && self.retained.len() > 1 {
             let old = self.retained.remove(0);
             // Named by this writer or, before an upgrade, by an older one.
+            // Named by this writer or, before an upgrade, by an older one; or already removed by
+            // the agent's node output budget.
             if fs::remove_file(self.dir.join(seg_name(old.start))).is_err() {
-                fs::remove_file(
+                match fs::remove_file(
                     self.dir
                         .join(format!("{:020}{SEG_SUFFIX}", old.start.offset)),
-                )?;
+                ) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
             }
             total -= old.len;
         }

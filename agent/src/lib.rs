@@ -13,9 +13,11 @@
 //! - [`signals`]: signal dispositions reset below the C library, for the runtime's child.
 //! - [`wait`]: how a child ended (exit code or any signal 1–64), from the raw wait status.
 //! - [`readiness`]: tcpSocket / httpGet probes inside the pod's network namespace, logMatch.
+//! - [`budget`]: the node's output budget and the retention of finished output.
 //! - [`follow`]: log follows woken by the ledger (inotify), with caps.
 //! - [`registry`], [`spawn`], [`control`], [`server`], [`auth`]: the agent daemon.
 pub mod auth;
+pub mod budget;
 pub mod cgroup;
 pub mod clock;
 pub mod control;

@@ -90,6 +90,16 @@ struct Serve {
     /// Output kept per process; older output is dropped with an explicit gap marker.
     #[arg(long, default_value_t = 64 << 20)]
     log_retention_bytes: u64,
+    /// What all processes' output together may hold in the state dir (default: a quarter of its
+    /// filesystem); beyond it the oldest finished output is freed, then running ones trimmed.
+    #[arg(long)]
+    output_budget_bytes: Option<u64>,
+    /// A finished process's output is freed this long after its end (its record stays).
+    #[arg(long, default_value_t = 7 * 24 * 3600)]
+    finished_output_retention_seconds: u64,
+    /// How often the budget and the retention are enforced.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    budget_sweep_seconds: u64,
     /// Most processes supervised at once on this node; more starts wait (429, the operator keeps
     /// them Pending).
     #[arg(long, default_value_t = 2000)]
@@ -272,6 +282,13 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         retention_bytes: s.log_retention_bytes,
         proc_root: s.proc_root.clone(),
         max_processes: s.max_processes,
+        budget: sandbox_agent::budget::Budget {
+            max_bytes: s
+                .output_budget_bytes
+                .unwrap_or_else(|| sandbox_agent::budget::default_budget(&s.state_dir)),
+            finished_ttl: std::time::Duration::from_secs(s.finished_output_retention_seconds),
+        },
+        budget_sweep: std::time::Duration::from_secs(s.budget_sweep_seconds),
         max_follows_per_process: s.max_follows_per_process,
         max_follows: s.max_follows,
     };

@@ -41,6 +41,9 @@ pub struct Config {
     pub retention_bytes: u64,
     /// Prefix under which container roots are visible (`/proc`; with hostPID the host's).
     pub proc_root: String,
+    /// The node's output budget and the retention of finished output.
+    pub budget: crate::budget::Budget,
+    pub budget_sweep: Duration,
     /// Most processes supervised at once on this node.
     pub max_processes: usize,
     /// Most log follows open at once on one process, and on this agent.
@@ -107,7 +110,46 @@ impl Registry {
                 spawn::reap_exited();
             }
         });
+        tokio::spawn(reg.clone().keep_budget());
         Ok(reg)
+    }
+
+    /// The node's output budget and the retention of finished output, every sweep.
+    async fn keep_budget(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(self.cfg.budget_sweep).await;
+            let (budget, layout, records) = (
+                self.cfg.budget.clone(),
+                self.cfg.layout.clone(),
+                self.list(),
+            );
+            let swept = tokio::task::spawn_blocking(move || {
+                budget.sweep(&layout, &records, std::time::SystemTime::now())
+            })
+            .await;
+            let Ok(swept) = swept else { continue };
+            if swept.trimmed > 0 {
+                info!(
+                    segments = swept.trimmed,
+                    held = swept.held,
+                    "output budget: trimmed running ledgers"
+                );
+            }
+            for (id, why) in swept.freed {
+                info!(exec_id = %id, why, "output freed");
+                let Ok(eid) = ExecId::parse(&id) else {
+                    continue;
+                };
+                let path = self.cfg.layout.record(&eid);
+                if let Ok(mut rec) = record::read_record(&path) {
+                    rec.output.dropped_bytes = rec.output.stdout_bytes + rec.output.stderr_bytes;
+                    rec.revision += 1;
+                    if record::write_json(&path, &rec, false).is_ok() {
+                        self.upsert(rec);
+                    }
+                }
+            }
+        }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<WatchEvent> {

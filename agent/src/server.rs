@@ -176,6 +176,9 @@ async fn logs(
         None => Pos::default(),
     };
     let dir = st.registry.layout().ledger(&eid);
+    if let Some(why) = crate::budget::freed(&dir) {
+        return Err(AgentError::OutputFreed(format!("process {id}: {why}")));
+    }
     // Validate the cursor up front so a bad one is a 400, not a broken stream.
     {
         let dir = dir.clone();

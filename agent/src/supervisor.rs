@@ -254,6 +254,7 @@ impl Supervisor {
             let start = v.iter().position(|&c| (c as i8) >= -64).unwrap_or(0).min(3);
             String::from_utf8_lossy(&v[start..]).into_owned()
         };
+        self.ledger.notice_removed();
         self.rec.output.dropped_bytes = self.ledger.dropped() + self.ledger.lost();
         self.dirty_since = None;
         let path = self.layout.record(&self.id);

@@ -1133,3 +1133,73 @@ async fn starts_beyond_the_node_cap_wait_for_room() {
     let r = f.agent.wait_final(&r.exec_id, T).await;
     assert_eq!(r.exit.unwrap().code, 0);
 }
+
+async fn logs_status(agent: &Agent, id: &str) -> (u16, serde_json::Value) {
+    let r = agent
+        .client
+        .get(agent.url(&format!("/v1/processes/{id}/logs")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// The node's output budget frees the oldest finished output first (the record stays, and says
+/// how much was dropped; `logs` says why), and finished output is freed after the retention
+/// period.
+#[tokio::test]
+async fn the_node_output_budget_frees_the_oldest_finished_output_first() {
+    let f = fx_with(
+        0,
+        &[
+            "--output-budget-bytes",
+            "3145728",
+            "--finished-output-retention-seconds",
+            "8",
+            "--budget-sweep-seconds",
+            "1",
+        ],
+    );
+    let two_mib = ["dd", "if=/dev/zero", "bs=65536", "count=32"];
+    let a = f.agent.start(&req(&f.ctr, &two_mib)).await.unwrap();
+    let a = f.agent.wait_final(&a.exec_id, T).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let b = f.agent.start(&req(&f.ctr, &two_mib)).await.unwrap();
+    let b = f.agent.wait_final(&b.exec_id, T).await;
+    // A (older) goes to keep 3 MiB; B stays.
+    let a2 = f
+        .agent
+        .wait_for(&a.exec_id, Duration::from_secs(5), "output freed", |r| {
+            r.output.dropped_bytes > 0
+                && r.output.dropped_bytes == r.output.stdout_bytes + r.output.stderr_bytes
+        })
+        .await;
+    assert_eq!(a2.exit.unwrap().code, 0, "the record stays");
+    let (s, v) = logs_status(&f.agent, &a.exec_id).await;
+    assert_eq!(s, 410, "{v}");
+    assert_eq!(v["code"], "OutputFreed");
+    assert!(v["message"].as_str().unwrap().contains("budget"), "{v}");
+    let (s, _) = logs_status(&f.agent, &b.exec_id).await;
+    assert_eq!(s, 200, "the newer output is kept");
+    assert_eq!(f.agent.record(&b.exec_id).await.output.dropped_bytes, 0);
+    // Then the retention period (8 s after B's end) frees B too.
+    let t0 = std::time::Instant::now();
+    loop {
+        let (s, v) = logs_status(&f.agent, &b.exec_id).await;
+        if s == 410 {
+            assert!(v["message"].as_str().unwrap().contains("retention"), "{v}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "B's output not freed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -544,7 +544,11 @@ impl ErrorCode {
             W::ProcessLost => ErrorCode::ProcessLost,
             W::OperationInterrupted => ErrorCode::OperationInterrupted,
             W::AgentUnavailable => ErrorCode::AgentUnavailable,
-            W::InvalidRequest | W::Unauthorized | W::Internal | W::TooManyRequests => return None,
+            W::InvalidRequest
+            | W::Unauthorized
+            | W::Internal
+            | W::TooManyRequests
+            | W::OutputFreed => return None,
         })
     }
 }

@@ -45,6 +45,8 @@ pub enum ErrorCode {
     Internal,
     /// A cap on open follows (or other held resources) was reached: retry later (HTTP 429).
     TooManyRequests,
+    /// The process's output is no longer kept on its node (output budget, retention period).
+    OutputFreed,
 }
 
 impl ErrorCode {
@@ -65,6 +67,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "Unauthorized",
             ErrorCode::Internal => "Internal",
             ErrorCode::TooManyRequests => "TooManyRequests",
+            ErrorCode::OutputFreed => "OutputFreed",
         }
     }
 }

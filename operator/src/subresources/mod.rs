@@ -63,6 +63,8 @@ pub enum SubresourceError {
     #[error("{0}")]
     TooManyRequests(String),
     #[error("{0}")]
+    Gone(String),
+    #[error("{0}")]
     Internal(String),
 }
 
@@ -80,6 +82,7 @@ impl SubresourceError {
             SubresourceError::TooManyRequests(_) => {
                 (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests")
             }
+            SubresourceError::Gone(_) => (StatusCode::GONE, "Gone"),
             SubresourceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
         }
     }
@@ -366,6 +369,9 @@ fn agent_error(e: AgentError, name: &str) -> SubresourceError {
         }
         AgentError::Api { error, .. } if error.code == ErrorCode::TooManyRequests => {
             SubresourceError::TooManyRequests(error.message)
+        }
+        AgentError::Api { error, .. } if error.code == ErrorCode::OutputFreed => {
+            SubresourceError::Gone(error.message)
         }
         AgentError::Api { error, .. } => {
             SubresourceError::Conflict(format!("{}: {}", error.code, error.message))
