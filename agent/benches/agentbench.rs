@@ -72,38 +72,14 @@ async fn main() {
         let t = Instant::now();
         let cg =
             sandbox_agent::cgroup::ProcessCgroup::create(&dirs, &format!("bench-{i}")).unwrap();
-        let st = Command::new(runc())
-            .arg("--root")
-            .arg(&runc_root)
-            .args(["exec", "-d", "--cgroup", &cg.name, "--pid-file"])
-            .arg(&pidf)
-            .arg("--process")
-            .arg(&spec)
-            .arg(&ctr.id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
+        let st = bare_exec(&runc_root, &ctr.id, &spec, &pidf, Some(&cg.name));
         bare_cg.push(t.elapsed().as_secs_f64() * 1e3);
         assert!(st.success());
         bench_cgroups.push(cg);
 
         let pidf = base.join(format!("bare-{i}.pid"));
         let t = Instant::now();
-        let st = Command::new(runc())
-            .arg("--root")
-            .arg(&runc_root)
-            .args(["exec", "-d", "--pid-file"])
-            .arg(&pidf)
-            .arg("--process")
-            .arg(&spec)
-            .arg(&ctr.id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
+        let st = bare_exec(&runc_root, &ctr.id, &spec, &pidf, None);
         bare.push(t.elapsed().as_secs_f64() * 1e3);
         assert!(st.success());
         let q = req(&ctr, &["sleep", "30"]);
@@ -460,12 +436,29 @@ async fn main() {
     drop(held);
 }
 
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
-        .split_whitespace()
-        .collect();
-    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+/// `runc exec -d` of a process spec, optionally into a sub-cgroup, as the bench's baseline.
+fn bare_exec(
+    runc_root: &std::path::Path,
+    id: &str,
+    spec: &std::path::Path,
+    pid_file: &std::path::Path,
+    cgroup: Option<&str>,
+) -> std::process::ExitStatus {
+    let mut cmd = Command::new(runc());
+    cmd.arg("--root").arg(runc_root).args(["exec", "-d"]);
+    if let Some(c) = cgroup {
+        cmd.args(["--cgroup", c]);
+    }
+    cmd.arg("--pid-file")
+        .arg(pid_file)
+        .arg("--process")
+        .arg(spec)
+        .arg(id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
 }
 
 fn wait_members(count: impl Fn() -> usize, n: usize) {

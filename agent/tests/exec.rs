@@ -940,14 +940,6 @@ async fn http_probe_path_must_be_plain() {
     }
 }
 
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
-        .split_whitespace()
-        .collect();
-    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
-}
-
 /// Followers are woken by the output (inotify), not by polling: 50 idle follows cost the agent
 /// next to no CPU, a write reaches all of them at once, and a cap refuses the 51st with 429.
 #[tokio::test]

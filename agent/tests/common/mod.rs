@@ -510,3 +510,12 @@ pub fn require_root() {
         "these tests start real containers and must run as root"
     );
 }
+
+/// User + system CPU time of a process, in clock ticks (/proc/PID/stat fields 14 and 15).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
