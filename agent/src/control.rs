@@ -13,7 +13,12 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Sends one request; `Ok(false)` when the socket is gone (the supervisor has finished).
 pub async fn send(sock: &Path, req: &Control) -> Result<bool, AgentError> {
     let fut = async {
-        let mut conn = match UnixStream::connect(sock).await {
+        // A gone process dir (long path, reached through it) reads like a gone socket.
+        let conn = match crate::layout::SocketPath::new(sock) {
+            Ok(at) => UnixStream::connect(at.path()).await,
+            Err(e) => Err(e),
+        };
+        let mut conn = match conn {
             Ok(c) => c,
             Err(e)
                 if matches!(

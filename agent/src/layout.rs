@@ -91,3 +91,83 @@ impl Layout {
         std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))
     }
 }
+
+/// A unix socket's path as `bind`/`connect` can take it. `sun_path` holds 108 bytes, but a
+/// socket's real path is the state dir (any length an admin chose) plus a process dir: past the
+/// limit it is reached through its open directory, `/proc/self/fd/<dirfd>/<name>`, which the
+/// kernel resolves like the directory itself. Keep the value alive until the call returns.
+pub struct SocketPath {
+    path: PathBuf,
+    _dir: Option<std::os::fd::OwnedFd>,
+}
+
+/// Longest path used as is (sun_path is 108 bytes with its terminating NUL).
+const SUN_PATH_MAX: usize = 107;
+
+impl SocketPath {
+    pub fn new(sock: &Path) -> std::io::Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        if sock.as_os_str().as_bytes().len() <= SUN_PATH_MAX {
+            return Ok(SocketPath {
+                path: sock.to_path_buf(),
+                _dir: None,
+            });
+        }
+        let (Some(dir), Some(name)) = (sock.parent(), sock.file_name()) else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("socket path {}", sock.display()),
+            ));
+        };
+        let fd = nix::fcntl::open(
+            dir,
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(std::io::Error::from)?;
+        use std::os::fd::AsRawFd;
+        let path = Path::new("/proc/self/fd")
+            .join(fd.as_raw_fd().to_string())
+            .join(name);
+        Ok(SocketPath {
+            path,
+            _dir: Some(fd),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod socket_path_tests {
+    use super::SocketPath;
+    use std::os::unix::net::{UnixListener, UnixStream};
+
+    /// A socket deeper than sun_path allows is bound and reached all the same.
+    #[test]
+    fn long_socket_paths_bind_and_connect() {
+        let base = std::env::temp_dir().join(format!("spo-sock-{}", std::process::id()));
+        let dir = base.join("d".repeat(60)).join("e".repeat(60));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("control.sock");
+        assert!(sock.as_os_str().len() > 108);
+        assert!(
+            UnixListener::bind(&sock).is_err(),
+            "the limit this works around"
+        );
+        let at = SocketPath::new(&sock).unwrap();
+        let listener = UnixListener::bind(at.path()).unwrap();
+        drop(at);
+        assert!(sock.exists(), "bound at its real path");
+        let at = SocketPath::new(&sock).unwrap();
+        let _conn = UnixStream::connect(at.path()).unwrap();
+        listener.accept().unwrap();
+        let short = SocketPath::new(&base.join("s.sock")).unwrap();
+        assert_eq!(short.path(), base.join("s.sock"));
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}

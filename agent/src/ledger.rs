@@ -398,7 +398,6 @@ impl LedgerWriter {
         let mut total: u64 = self.retained.iter().map(|s| s.len).sum();
         while total > self.cap && self.retained.len() > 1 {
             let old = self.retained.remove(0);
-            // Named by this writer or, before an upgrade, by an older one.
             // Named by this writer or, before an upgrade, by an older one; or already removed by
             // the agent's node output budget.
             if fs::remove_file(self.dir.join(seg_name(old.start))).is_err() {

@@ -262,28 +262,43 @@ impl Registry {
 
     /// Waits for the supervisor to exit (pidfd), then checks that it left a final record.
     fn watch_supervisor(self: Arc<Self>, id: ExecId, ident: SupervisorIdentity) {
+        match pidfd_open(ident.pid) {
+            Ok(fd) if ident.alive() => {
+                // SAFETY: the OwnedFd moves into the AsyncFd and stays open, unchanged, for its
+                // whole lifetime.
+                if let Ok(afd) = unsafe { AsyncFd::register(fd) } {
+                    return self.watch_exit(id, afd);
+                }
+                self.judge_after_exit(id);
+            }
+            // Already gone (or pid reused: identity check failed).
+            _ => self.judge_after_exit(id),
+        }
+    }
+
+    fn watch_exit(self: Arc<Self>, id: ExecId, exits: AsyncFd<OwnedFd>) {
         tokio::spawn(async move {
-            match pidfd_open(ident.pid) {
-                Ok(fd) if ident.alive() => {
-                    // SAFETY: the OwnedFd moves into the AsyncFd and stays open, unchanged, for its
-                    // whole lifetime.
-                    if let Ok(afd) = unsafe { AsyncFd::register(fd) } {
-                        let _ = afd.readable().await;
-                    }
-                }
-                // Already gone (or pid reused: identity check failed).
-                _ => {}
-            }
-            // Let inotify deliver the final write before judging.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            match record::read_record(&self.cfg.layout.record(&id)) {
-                Ok(rec) if rec.is_final() => self.upsert(rec),
-                _ => {
-                    self.mark_lost(&id, "supervisor exited without an exit record")
-                        .await
-                }
-            }
+            let _ = exits.readable().await;
+            drop(exits);
+            self.judge(id).await;
         });
+    }
+
+    fn judge_after_exit(self: Arc<Self>, id: ExecId) {
+        tokio::spawn(async move { self.judge(id).await });
+    }
+
+    /// After the supervisor's end: its final record, or the process is lost.
+    async fn judge(&self, id: ExecId) {
+        // Let inotify deliver the final write before judging.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        match record::read_record(&self.cfg.layout.record(&id)) {
+            Ok(rec) if rec.is_final() => self.upsert(rec),
+            _ => {
+                self.mark_lost(&id, "supervisor exited without an exit record")
+                    .await
+            }
+        }
     }
 
     async fn mark_lost(&self, id: &ExecId, why: &str) {
@@ -407,31 +422,57 @@ impl Registry {
             }
         };
         info!(exec_id = %id, supervisor = pid, container = %info.id, "supervisor started");
-        // Wait for the first non-Starting record, then watch the supervisor's life.
+        // The supervisor is our child and cannot have been reaped before its pidfd is open unless
+        // it already exited: then the record (or its absence) tells.
+        let exits = pidfd_open(pid as i32)
+            .ok()
+            // SAFETY: the OwnedFd moves into the AsyncFd and stays open, unchanged, for its whole
+            // lifetime.
+            .and_then(|fd| unsafe { AsyncFd::register(fd) }.ok());
+        // Wait for the first non-Starting record, or the supervisor's end before it.
         let deadline = tokio::time::Instant::now() + START_WAIT;
-        loop {
+        let mut exited = exits.is_none();
+        while !exited {
             if let Ok(rec) = self.get(id.as_str()) {
                 if rec.phase != Phase::Starting {
                     break;
                 }
             }
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Err(_) => break,
-                Ok(Err(broadcast::error::RecvError::Closed)) => break,
-                Ok(_) => {}
+            let died = async {
+                match &exits {
+                    Some(fd) => {
+                        let _ = fd.readable().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, rx.recv()) => match r {
+                    Err(_) | Ok(Err(broadcast::error::RecvError::Closed)) => break,
+                    Ok(_) => {}
+                },
+                _ = died => exited = true,
             }
         }
-        if let Ok(ident) = record::read_json::<SupervisorIdentity>(&self.cfg.layout.supervisor(&id))
-        {
-            self.clone().watch_supervisor(id.clone(), ident);
-        } else if let Some(st) = crate::procfs::start_time(pid as i32) {
-            self.clone().watch_supervisor(
-                id.clone(),
-                SupervisorIdentity {
-                    pid: pid as i32,
-                    start_time: st,
-                },
-            );
+        if exited {
+            // A supervisor that ends before its process has a final record (it could not bind
+            // its socket, open its ledger, ...): an Error saying why, not a start that vanishes.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            match record::read_record(&self.cfg.layout.record(&id)) {
+                Ok(rec) if rec.is_final() => self.upsert(rec),
+                _ => {
+                    let why = match last_line(&self.cfg.layout.proc_dir(&id).join("supervisor.log"))
+                    {
+                        Some(line) => {
+                            format!("the supervisor ended before the process did: {line}")
+                        }
+                        None => "the supervisor ended before the process did".to_string(),
+                    };
+                    self.mark_lost(&id, &why).await;
+                }
+            }
+        } else if let Some(fd) = exits {
+            self.clone().watch_exit(id.clone(), fd);
         }
         self.record_now(&id)
     }
@@ -620,6 +661,19 @@ pub fn validate(req: &StartRequest) -> Result<(), AgentError> {
         }
     }
     Ok(())
+}
+
+/// The last non-empty line of a (small, agent-owned) log, bounded.
+fn last_line(path: &std::path::Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+    let mut buf = Vec::new();
+    f.take(4096).read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let line = text.lines().rev().find(|l| !l.trim().is_empty())?.trim();
+    Some(line.chars().take(512).collect())
 }
 
 fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {

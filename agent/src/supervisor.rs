@@ -193,7 +193,7 @@ impl Supervisor {
 
         let sock = layout.control(&id);
         let _ = std::fs::remove_file(&sock);
-        let control = UnixListener::bind(&sock)?;
+        let control = UnixListener::bind(crate::layout::SocketPath::new(&sock)?.path())?;
         control.set_nonblocking(true)?;
 
         let ledger = LedgerWriter::open(&layout.ledger(&id), spec.retention_bytes)?;

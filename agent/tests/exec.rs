@@ -1064,7 +1064,20 @@ async fn a_full_state_filesystem_loses_output_not_the_exit() {
             ],
         ))
         .await
-        .unwrap();
+        .unwrap_or_else(|e| {
+            let logs: Vec<String> = walk(&state)
+                .into_iter()
+                .map(|p| {
+                    let body = if p.ends_with("supervisor.log") {
+                        std::fs::read_to_string(&p).unwrap_or_default()
+                    } else {
+                        String::new()
+                    };
+                    format!("{} {body}", p.display())
+                })
+                .collect();
+            panic!("start: {e:?}\nstate dir:\n{}", logs.join("\n"))
+        });
     let r = agent.wait_final(&r.exec_id, Duration::from_secs(60)).await;
     let events = agent.logs(&r.exec_id, "").await;
     assert!(
@@ -1087,6 +1100,73 @@ async fn a_full_state_filesystem_loses_output_not_the_exit() {
         r.output.dropped_bytes
     );
     assert!(r.output.tail.ends_with("the-end\n"), "{:?}", &r.output.tail);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// The state dir's path length is the admin's choice: a supervisor's control socket deeper than
+/// a unix socket path may be (108 bytes) is bound and reached all the same (stop goes through it).
+#[tokio::test]
+async fn a_deep_state_dir_is_no_limit() {
+    require_root();
+    let base = base_dir("exec");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let state = base.join("d".repeat(80)).join(uniq("state"));
+    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
+    let agent = Agent::launch_in(&base, &runc_root, &state, &[]);
+    let r = agent.start(&req(&ctr, &["sleep", "100"])).await.unwrap();
+    assert_eq!(r.phase, Phase::Running, "{r:?}");
+    let sock = state.join("procs").join(&r.exec_id).join("control.sock");
+    assert!(sock.as_os_str().len() > 108, "{}", sock.display());
+    let (s, v) = agent.signal(&r.exec_id, json!({"stop": true})).await;
+    assert_eq!(s, 200, "{v}");
+    let done = agent.wait_final(&r.exec_id, T).await;
+    assert_eq!(done.end_reason, Some(EndReason::Stopped), "{done:?}");
+}
+
+/// A supervisor that ends before its process has a record (here: one that cannot start at all)
+/// makes the start an Error that says why, at once, not a start that vanishes (404).
+#[tokio::test]
+async fn a_supervisor_that_dies_at_once_is_an_error_saying_why() {
+    require_root();
+    let base = base_dir("exec");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let broken = base.join(uniq("broken-supervisor"));
+    std::fs::write(
+        &broken,
+        "#!/bin/sh\necho 'supervisor: cannot start: the test says so' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let agent = Agent::launch(
+        &base,
+        &runc_root,
+        &["--supervisor-binary", broken.to_str().unwrap()],
+    );
+    let t0 = std::time::Instant::now();
+    let r = agent.start(&req(&ctr, &["sleep", "100"])).await.unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(r.phase, Phase::Error, "{r:?}");
+    assert_eq!(r.end_reason, Some(EndReason::Lost));
+    let e = r.error.unwrap();
+    assert!(
+        e.message.contains("cannot start: the test says so"),
+        "{}",
+        e.message
+    );
+    assert_eq!(agent.record(&r.exec_id).await.phase, Phase::Error);
 }
 
 /// A node-wide cap on supervised processes: a start beyond it is refused for now (429), not an

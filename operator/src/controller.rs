@@ -44,6 +44,10 @@ pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
 
 /// When to look again for a TTL `left` away. Clamped: kube-runtime's delay queue panics beyond
 /// ~795 days (kube-rs issue 1772; clamped there too since 5.0, but not ours to rely on).
+/// A Pending object is looked at again at least this often (the pod and agent watches cover the
+/// rest).
+const PENDING_RECHECK: Duration = Duration::from_secs(30);
+
 fn ttl_requeue(left: Duration) -> Action {
     Action::requeue(left.saturating_add(Duration::from_secs(1)).min(MAX_REQUEUE))
 }
@@ -446,7 +450,7 @@ async fn apply(
         created: obj.metadata.creation_timestamp.as_ref(),
         agent: &agent,
         invalid: invalid.as_ref(),
-        now,
+        now: now.clone(),
         agent_grace: settings.agent_grace,
         output_due: held_output.is_none(),
     });
@@ -484,7 +488,14 @@ async fn apply(
         }
         (AgentView::Retrying { .. }, _) => Action::requeue(Duration::from_secs(2)),
         (AgentView::Unreachable { .. }, _) => Action::requeue(Duration::from_secs(5)),
-        _ if next.phase == Some(Phase::Pending) => Action::requeue(Duration::from_secs(30)),
+        _ if next.phase == Some(Phase::Pending) => {
+            let deadline =
+                status::start_deadline_left(spec, obj.metadata.creation_timestamp.as_ref(), &now)
+                    .map_or(PENDING_RECHECK, |left| {
+                        left.saturating_add(Duration::from_millis(500))
+                    });
+            Action::requeue(deadline.min(PENDING_RECHECK))
+        }
         _ => Action::requeue(Duration::from_secs(300)),
     };
     Ok(action)

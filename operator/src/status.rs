@@ -395,6 +395,20 @@ fn elapsed(since: &Time, now: &Time) -> Duration {
     Duration::from_secs(now.0.as_second().saturating_sub(since.0.as_second()).max(0) as u64)
 }
 
+/// How long until the start deadline passes, counted from the object's creation; `None` without
+/// a creation time. A Pending object is looked at again by then, so the deadline's final `Error`
+/// does not wait for an unrelated event.
+pub fn start_deadline_left(
+    spec: &SandboxProcessSpec,
+    created: Option<&Time>,
+    now: &Time,
+) -> Option<Duration> {
+    let deadline = spec
+        .start_deadline_seconds
+        .unwrap_or(DEFAULT_START_DEADLINE_SECONDS);
+    created.map(|c| Duration::from_secs(deadline.max(0) as u64).saturating_sub(elapsed(c, now)))
+}
+
 /// Why the process must not start (any more), though the pod may be ready for it: the start
 /// deadline has passed, or the pod is not the one first seen under that name. Final.
 pub fn start_refusal(

@@ -264,10 +264,17 @@ impl Agent {
             .arg(&self.runc_root)
             .arg("--runtime-binary")
             .arg(runc())
-            .arg("--supervisor-binary")
-            .arg(env!("CARGO_BIN_EXE_sandbox-supervisor"))
             .args(["--supervisor-cgroup", "spo-agent-test-supervisors"])
             .args(&self.extra)
+            .args(
+                (!self.extra.iter().any(|a| a == "--supervisor-binary"))
+                    .then_some([
+                        "--supervisor-binary",
+                        env!("CARGO_BIN_EXE_sandbox-supervisor"),
+                    ])
+                    .into_iter()
+                    .flatten(),
+            )
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()

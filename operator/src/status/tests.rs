@@ -1174,6 +1174,28 @@ fn start_deadline_is_final_once_passed() {
     .is_none());
 }
 
+/// A Pending object is looked at again when its start deadline passes (not only at the next
+/// periodic recheck), so a short deadline ends it on time.
+#[test]
+fn start_deadline_left_counts_down_from_creation() {
+    let mut spec = Case::new().spec;
+    spec.start_deadline_seconds = Some(3);
+    assert_eq!(
+        start_deadline_left(&spec, Some(&t(0)), &t(1)),
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(
+        start_deadline_left(&spec, Some(&t(0)), &t(99)),
+        Some(Duration::ZERO)
+    );
+    assert_eq!(start_deadline_left(&spec, None, &t(1)), None);
+    spec.start_deadline_seconds = None;
+    assert_eq!(
+        start_deadline_left(&spec, Some(&t(0)), &t(0)),
+        Some(Duration::from_secs(600))
+    );
+}
+
 #[test]
 fn the_pod_first_seen_is_the_only_target() {
     // First sight pins the pod's UID.
