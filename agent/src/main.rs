@@ -10,7 +10,7 @@ use sandbox_agent::layout::Layout;
 use sandbox_agent::registry::{Config, Registry};
 use sandbox_agent::runtime::{cri::CriLookup, runc_state::RuncStateLookup, Lookup};
 use sandbox_agent::server::{router, AppState};
-use sandbox_agent::spawn::{install_supervisor, HostNamespace, SpawnConfig};
+use sandbox_agent::spawn::{install_supervisor, HostNamespace, SpawnConfig, SupervisorLimits};
 
 #[derive(Parser)]
 #[command(
@@ -80,6 +80,14 @@ struct Serve {
     /// Cgroup that supervisors are moved to, outside the agent pod's cgroup.
     #[arg(long, default_value = "sandbox-supervisors")]
     supervisor_cgroup: String,
+    /// Memory cap of all supervisors together (their cgroup). Default: 64 MiB + 4 MiB per
+    /// --max-processes (a supervisor uses about 1.6 MiB; runc needs more while it starts one).
+    #[arg(long)]
+    supervisor_memory_bytes: Option<u64>,
+    /// Pids cap of all supervisors together. Default: 256 + 4 per --max-processes (a supervisor is
+    /// one thread; each start briefly runs a multi-threaded runc).
+    #[arg(long)]
+    supervisor_pids: Option<u64>,
     /// Leave supervisors in the agent's own cgroup (only for clusterless testing).
     #[arg(long)]
     no_supervisor_cgroup: bool,
@@ -107,6 +115,10 @@ struct Serve {
     /// Most log follows open at once on one process; more are refused (429).
     #[arg(long, default_value_t = 256)]
     max_follows_per_process: usize,
+    /// Launch even with a runtime known to be vulnerable (CVE-2024-21626) or too old, for a build
+    /// patched in a way the agent cannot tell from `--version`.
+    #[arg(long)]
+    allow_vulnerable_runtime: bool,
     /// Most log follows open at once on this agent; more are refused (429).
     #[arg(long, default_value_t = 4096)]
     max_follows: usize,
@@ -276,6 +288,16 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
             },
             cgroup: (!s.no_supervisor_cgroup).then(|| s.supervisor_cgroup.clone()),
             cgroup_root: s.cgroup_root.clone(),
+            limits: SupervisorLimits {
+                memory_bytes: Some(
+                    s.supervisor_memory_bytes
+                        .unwrap_or((64 << 20) + (4 << 20) * s.max_processes as u64),
+                ),
+                pids: Some(
+                    s.supervisor_pids
+                        .unwrap_or(256 + 4 * s.max_processes as u64),
+                ),
+            },
         },
         runtime_binary: s.runtime_binary.clone(),
         default_runtime_root: s.runtime_root.clone(),
@@ -291,7 +313,12 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         budget_sweep: std::time::Duration::from_secs(s.budget_sweep_seconds),
         max_follows_per_process: s.max_follows_per_process,
         max_follows: s.max_follows,
+        allow_vulnerable_runtime: s.allow_vulnerable_runtime,
     };
+    // Not fatal: the runtime may not be up yet; every spawn retries it and fails with this reason.
+    if let Err(e) = cfg.spawn.prepare() {
+        tracing::warn!("preparing the supervisors' cgroup: {e}");
+    }
     let registry = Registry::open(cfg).await?;
     // Streams (watch, log follow) end when shutdown starts, so graceful shutdown can finish;
     // nothing the agent holds needs saving (supervisors own the state).

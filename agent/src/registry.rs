@@ -21,6 +21,7 @@ use crate::exec_id::ExecId;
 use crate::follow::Follows;
 use crate::layout::Layout;
 use crate::record;
+use crate::runtime::version::{self, Verdict};
 use crate::runtime::{exec_spec, LaunchSpec, Lookup};
 use crate::spawn::{self, SpawnConfig};
 use crate::supervisor::{valid_signal, Control, SupervisorIdentity};
@@ -49,6 +50,8 @@ pub struct Config {
     /// Most log follows open at once on one process, and on this agent.
     pub max_follows_per_process: usize,
     pub max_follows: usize,
+    /// Skip the runtime version check (a build patched in a way `runtime::version` cannot tell).
+    pub allow_vulnerable_runtime: bool,
 }
 
 pub struct Registry {
@@ -57,6 +60,8 @@ pub struct Registry {
     tx: broadcast::Sender<WatchEvent>,
     start_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     follows: Arc<Follows>,
+    /// The runtime binary last judged, and the verdict (re-judged when the file changes).
+    runtime_verdict: Mutex<Option<(spawn::FileId, Verdict)>>,
 }
 
 impl Registry {
@@ -75,6 +80,7 @@ impl Registry {
             records: Mutex::new(BTreeMap::new()),
             tx,
             start_locks: Mutex::new(HashMap::new()),
+            runtime_verdict: Mutex::new(None),
         });
         // Watch first so no change between the scan and the watch is missed.
         reg.clone().spawn_watcher()?;
@@ -346,6 +352,48 @@ impl Registry {
             .clone()
     }
 
+    /// Refuses to launch with a runtime known to let a process reach the host (see
+    /// `runtime::version`). The verdict is kept until the binary changes.
+    async fn check_runtime(self: &Arc<Self>, req: &StartRequest) -> Result<(), AgentError> {
+        if self.cfg.allow_vulnerable_runtime {
+            return Ok(());
+        }
+        let (spawn_cfg, bin) = (self.cfg.spawn.clone(), self.cfg.runtime_binary.clone());
+        let cached = self.runtime_verdict.lock().unwrap().clone();
+        let judged = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+            let id = spawn::runtime_file_id(&spawn_cfg, &bin)?;
+            match cached {
+                Some((seen, v)) if seen == id => Ok((id, v, false)),
+                _ => Ok((
+                    id,
+                    version::judge(&spawn::runtime_version(&spawn_cfg, &bin)?),
+                    true,
+                )),
+            }
+        })
+        .await
+        .map_err(|e| AgentError::Internal(e.to_string()))?
+        .map_err(|e| AgentError::ProcessSpawnFailed {
+            argv0: req.command.first().cloned().unwrap_or_default(),
+            reason: format!(
+                "checking the node's runtime {}: {e}",
+                self.cfg.runtime_binary
+            ),
+        })?;
+        let (id, verdict, fresh) = judged;
+        if fresh {
+            info!(runtime = %self.cfg.runtime_binary, verdict = %verdict, "runtime version judged");
+            *self.runtime_verdict.lock().unwrap() = Some((id, verdict.clone()));
+        }
+        match verdict {
+            Verdict::Supported => Ok(()),
+            Verdict::Refused(why) => Err(AgentError::ProcessSpawnFailed {
+                argv0: req.command.first().cloned().unwrap_or_default(),
+                reason: format!("the node's runtime {}: {why}", self.cfg.runtime_binary),
+            }),
+        }
+    }
+
     /// Starts the process, or returns the existing one for this exec id (idempotent).
     pub async fn start(self: &Arc<Self>, req: StartRequest) -> Result<ProcessRecord, AgentError> {
         let id = ExecId::parse(&req.exec_id)?;
@@ -370,14 +418,17 @@ impl Registry {
                 "this node's agent supervises {running} processes, its cap (--max-processes); the start waits for room"
             )));
         }
+        self.check_runtime(&req).await?;
         let info = self.cfg.lookup.find(&req.pod_uid, &req.container).await?;
-        let process = exec_spec::build_process(&info.spec, &req)?;
+        let mut process = exec_spec::build_process(&info.spec, &req)?;
         let root = std::path::PathBuf::from(format!("{}/{}/root", self.cfg.proc_root, info.pid));
         {
-            let (root, process) = (root.clone(), process.clone());
-            tokio::task::spawn_blocking(move || exec_spec::precheck_in_root(&root, &process))
-                .await
-                .map_err(|e| AgentError::Internal(e.to_string()))??;
+            let (root, process_) = (root.clone(), process.clone());
+            let cwd =
+                tokio::task::spawn_blocking(move || exec_spec::precheck_in_root(&root, &process_))
+                    .await
+                    .map_err(|e| AgentError::Internal(e.to_string()))??;
+            process["cwd"] = cwd.into();
         }
         let launch = LaunchSpec {
             request: req,

@@ -49,10 +49,45 @@ pub struct SpawnConfig {
     /// Root of the cgroup filesystem; None = the target namespace's `/sys/fs/cgroup` (a
     /// container's own /sys/fs/cgroup shows only its own cgroup).
     pub cgroup_root: Option<PathBuf>,
+    /// Caps on all supervisors together (their cgroup), so no supervisor bug or crafted output
+    /// can take the node's memory or pids; the processes they run are in their own cgroups.
+    pub limits: SupervisorLimits,
+}
+
+/// Limits of the supervisors' cgroup; None = unlimited.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SupervisorLimits {
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+}
+
+impl SupervisorLimits {
+    /// The knobs to set in a cgroup dir of either layout: v1 memory/pids hierarchies, or a v2
+    /// cgroup whose parent delegates the controllers (absent files = controller not there).
+    fn knobs(&self) -> Vec<(&'static str, u64)> {
+        let mut k = Vec::new();
+        if let Some(m) = self.memory_bytes {
+            // Whole pages, as the kernel stores it, so the value reads back equal.
+            let m = (m / 4096).max(1) * 4096;
+            k.extend([("memory.limit_in_bytes", m), ("memory.max", m)]);
+        }
+        if let Some(p) = self.pids {
+            k.push(("pids.max", p));
+        }
+        k
+    }
 }
 
 impl SpawnConfig {
-    /// Creates the supervisor cgroup in every mounted hierarchy; returns their `cgroup.procs`.
+    /// Creates the supervisors' cgroup with its limits, so a misconfiguration shows when the agent
+    /// starts rather than at the first process.
+    pub fn prepare(&self) -> std::io::Result<()> {
+        let ns_proc = self.namespace.proc_dir()?;
+        self.cgroup_procs(ns_proc.as_deref()).map(drop)
+    }
+
+    /// Creates the supervisor cgroup in every mounted hierarchy (limits set, re-set if someone
+    /// removed the cgroup); returns their `cgroup.procs`.
     fn cgroup_procs(&self, ns_proc: Option<&Path>) -> std::io::Result<Vec<PathBuf>> {
         let Some(name) = &self.cgroup else {
             return Ok(Vec::new());
@@ -88,6 +123,21 @@ impl SpawnConfig {
                     if let Ok(v) = std::fs::read_to_string(parent) {
                         let _ = std::fs::write(&child, v.trim());
                     }
+                }
+            }
+            for (knob, v) in self.limits.knobs() {
+                let f = dir.join(knob);
+                let want = v.to_string();
+                match std::fs::read_to_string(&f) {
+                    Ok(cur) if cur.trim() == want => {}
+                    Ok(_) => std::fs::write(&f, &want).map_err(|e| {
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("setting the supervisors' {} to {want}: {e}", f.display()),
+                        )
+                    })?,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
                 }
             }
             out.push(dir.join("cgroup.procs"));
@@ -159,6 +209,81 @@ fn spawn(
     drop((procs, mntns));
     // Not waited on here: supervisors usually outlive this agent; `reap_exited` collects them.
     Ok(child.id())
+}
+
+/// The identity of the runtime binary as supervisors will run it (their mount namespace), so a
+/// caller can tell when it was replaced.
+pub fn runtime_file_id(cfg: &SpawnConfig, bin: &str) -> std::io::Result<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let seen = match cfg.namespace.proc_dir()? {
+        Some(p) => p.join("root").join(bin.trim_start_matches('/')),
+        None => PathBuf::from(bin),
+    };
+    let m = std::fs::metadata(&seen)?;
+    Ok(FileId {
+        dev: m.dev(),
+        ino: m.ino(),
+        mtime: m.mtime(),
+    })
+}
+
+/// Runs `bin --version` in the supervisors' mount namespace (where the runtime binary's path means
+/// what supervisors will run) and returns its stdout. Gives up after 10 s.
+pub fn runtime_version(cfg: &SpawnConfig, bin: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let ns_proc = cfg.namespace.proc_dir()?;
+    let mntns: Option<OwnedFd> = match &ns_proc {
+        Some(p) => Some(File::open(p.join("ns/mnt"))?.into()),
+        None => None,
+    };
+    let mut cmd = Command::new(bin);
+    cmd.arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mnt_fd = mntns.as_ref().map(|f| f.as_raw_fd());
+    // SAFETY: runs in the forked child before exec and only calls setns on a descriptor the
+    // parent opened; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(fd) = mnt_fd {
+                if libc::setns(fd, libc::CLONE_NEWNS) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    drop(mntns);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if child.try_wait()?.is_some() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{bin} --version did not answer within 10 s"),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let mut out = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        o.read_to_string(&mut out)?;
+    }
+    Ok(out)
+}
+
+/// A file's identity: replaced or rewritten means a new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+    mtime: i64,
 }
 
 /// Collects exited supervisors that are our children (the agent never has other children).

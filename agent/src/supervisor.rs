@@ -406,9 +406,14 @@ impl Supervisor {
         let child = match spawned {
             Ok(c) => c,
             Err(e) => {
+                let hint = if e.raw_os_error() == Some(libc::EAGAIN) {
+                    " (the node's supervisors are at their pids cap, agent.supervisorLimits.pids, or the node is out of pids)"
+                } else {
+                    ""
+                };
                 self.fail(
                     ErrorCode::ProcessSpawnFailed,
-                    format!("running runtime {}: {e}", self.spec.runtime_binary),
+                    format!("running runtime {}: {e}{hint}", self.spec.runtime_binary),
                 )?;
                 return Ok(false);
             }

@@ -2,6 +2,7 @@
 //! errors, readiness, logs, idempotency, security context.
 mod common;
 
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -29,6 +30,14 @@ fn fx_with(uid: u32, extra: &[&str]) -> Fx {
 
 fn fx() -> Fx {
     fx_with(0, &[])
+}
+
+/// An executable shell script with `body`, to stand in for a binary the agent runs.
+fn script(name: &str, body: &str) -> String {
+    let path = base_dir("exec").join(uniq(name));
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path.to_str().unwrap().to_string()
 }
 
 const T: Duration = Duration::from_secs(20);
@@ -319,6 +328,86 @@ async fn env_overlay_and_working_dir() {
     f.agent.wait_final(&r.exec_id, T).await;
     let out = text(&f.agent.logs(&r.exec_id, "").await, None);
     assert_eq!(out, "/tmp\nbar baz\nfrom-image\n/bin\n");
+}
+
+/// A working directory through the tenant's symlinks: runc is handed the path they resolve to in
+/// the container, and one that resolves into procfs (CVE-2024-21626: /proc/self/fd/N reaches the
+/// host) is refused before runc runs.
+#[tokio::test]
+async fn working_dir_symlinks_resolve_inside_the_container() {
+    let f = fx();
+    let d = format!("/tmp/{}", uniq("cwd"));
+    let setup = f
+        .agent
+        .start(&req(
+            &f.ctr,
+            &[
+                "sh",
+                "-c",
+                &format!("mkdir -p {d}/srv/app && ln -s {d}/srv {d}/link && ln -s ../../../../../{d}/srv/app {d}/up && ln -s /proc/self/fd/7 {d}/leak"),
+            ],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        f.agent.wait_final(&setup.exec_id, T).await.phase,
+        Phase::Exited
+    );
+    for (cwd, want) in [
+        (format!("{d}/link/app"), format!("{d}/srv/app")),
+        (format!("{d}/up"), format!("{d}/srv/app")),
+    ] {
+        let mut q = req(&f.ctr, &["pwd"]);
+        q.working_dir = Some(cwd.clone());
+        let r = f.agent.start(&q).await.unwrap();
+        f.agent.wait_final(&r.exec_id, T).await;
+        assert_eq!(
+            text(&f.agent.logs(&r.exec_id, "").await, None),
+            format!("{want}\n"),
+            "{cwd}"
+        );
+    }
+    let mut q = req(&f.ctr, &["pwd"]);
+    q.working_dir = Some(format!("{d}/leak"));
+    let (s, v) = f.agent.start(&q).await.unwrap_err();
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("InvalidProcessCwd")),
+        "{v}"
+    );
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("resolves to /proc/self/fd/7"),
+        "{v}"
+    );
+}
+
+/// runc known to let a process reach the host (CVE-2024-21626) is refused, saying so, unless
+/// the node's operator says the build is patched.
+#[tokio::test]
+async fn a_vulnerable_runc_is_refused() {
+    let old = script(
+        "old-runc",
+        &format!("if [ \"$1\" = --version ]; then printf 'runc version 1.1.11\\ncommit: v1.1.11-0-g4bccb38c\\n'; exit 0; fi\nexec {} \"$@\"", runc()),
+    );
+    let f = fx_with(0, &["--runtime-binary", &old]);
+    let (s, v) = f.agent.start(&req(&f.ctr, &["true"])).await.unwrap_err();
+    assert_eq!(v["code"], "ProcessSpawnFailed", "{s} {v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("CVE-2024-21626"),
+        "{v}"
+    );
+    let f = fx_with(0, &["--runtime-binary", &old, "--allow-vulnerable-runtime"]);
+    let (agent, ctr) = (&f.agent, &f.ctr);
+    let r = agent.start(&req(ctr, &["true"])).await.unwrap();
+    let r = agent.wait_final(&r.exec_id, T).await;
+    assert_eq!(
+        (r.phase, r.exit.as_ref().map(|e| e.code)),
+        (Phase::Exited, Some(0)),
+        "{r:?}"
+    );
 }
 
 #[tokio::test]
@@ -1139,24 +1228,14 @@ async fn a_deep_state_dir_is_no_limit() {
 /// makes the start an Error that says why, at once, not a start that vanishes (404).
 #[tokio::test]
 async fn a_supervisor_that_dies_at_once_is_an_error_saying_why() {
-    require_root();
-    let base = base_dir("exec");
-    let runc_root = base.join(uniq("runc"));
-    let ctr = Container::start(&base, &runc_root, 0);
-    let broken = base.join(uniq("broken-supervisor"));
-    std::fs::write(
-        &broken,
-        "#!/bin/sh\necho 'supervisor: cannot start: the test says so' >&2\nexit 1\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let agent = Agent::launch(
-        &base,
-        &runc_root,
-        &["--supervisor-binary", broken.to_str().unwrap()],
+    let broken = script(
+        "broken-supervisor",
+        "echo 'supervisor: cannot start: the test says so' >&2\nexit 1",
     );
+    let f = fx_with(0, &["--supervisor-binary", &broken]);
+    let (agent, ctr) = (&f.agent, &f.ctr);
     let t0 = std::time::Instant::now();
-    let r = agent.start(&req(&ctr, &["sleep", "100"])).await.unwrap();
+    let r = agent.start(&req(ctr, &["sleep", "100"])).await.unwrap();
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     assert_eq!(r.phase, Phase::Error, "{r:?}");
     assert_eq!(r.end_reason, Some(EndReason::Lost));
@@ -1167,6 +1246,86 @@ async fn a_supervisor_that_dies_at_once_is_an_error_saying_why() {
         e.message
     );
     assert_eq!(agent.record(&r.exec_id).await.phase, Phase::Error);
+}
+
+/// The supervisors' own cgroup carries the memory and pids caps, and they are in it.
+#[tokio::test]
+async fn supervisors_run_under_their_cgroups_limits() {
+    let cg = "spo-agent-test-limits";
+    let f = fx_with(
+        0,
+        &[
+            "--supervisor-cgroup",
+            cg,
+            "--supervisor-memory-bytes",
+            "100000000",
+            "--supervisor-pids",
+            "500",
+        ],
+    );
+    let r = f
+        .agent
+        .start(&req(&f.ctr, &["sleep", "100"]))
+        .await
+        .unwrap();
+    let root = Path::new("/sys/fs/cgroup");
+    let (mem, pids) = if root.join("cgroup.controllers").exists() {
+        (
+            root.join(cg).join("memory.max"),
+            root.join(cg).join("pids.max"),
+        )
+    } else {
+        (
+            root.join("memory").join(cg).join("memory.limit_in_bytes"),
+            root.join("pids").join(cg).join("pids.max"),
+        )
+    };
+    // Whole pages: 100000000 rounded down to 4096 bytes.
+    assert_eq!(std::fs::read_to_string(&mem).unwrap().trim(), "99999744");
+    assert_eq!(std::fs::read_to_string(&pids).unwrap().trim(), "500");
+    let members = std::fs::read_to_string(pids.with_file_name("cgroup.procs")).unwrap();
+    let supervisors = members
+        .lines()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(&r.exec_id))
+                .unwrap_or(false)
+        })
+        .count();
+    assert_eq!(supervisors, 1, "members: {members}");
+    let (s, _) = f
+        .agent
+        .signal(&r.exec_id, json!({"stop": true, "graceSeconds": 0}))
+        .await;
+    assert_eq!(s, 200);
+}
+
+/// Supervisors out of pids (the node's cap reached): the start is an Error that says so, and
+/// the agent serves on.
+#[tokio::test]
+async fn supervisors_out_of_pids_is_an_error_not_a_crash() {
+    let f = fx_with(
+        0,
+        &[
+            "--supervisor-cgroup",
+            "spo-agent-test-pids1",
+            "--supervisor-pids",
+            "1",
+        ],
+    );
+    let r = f.agent.start(&req(&f.ctr, &["true"])).await.unwrap();
+    let r = if r.phase == Phase::Starting {
+        f.agent
+            .wait_final(&r.exec_id, Duration::from_secs(10))
+            .await
+    } else {
+        r
+    };
+    assert_eq!(r.phase, Phase::Error, "{r:?}");
+    let e = r.error.unwrap();
+    assert!(e.message.contains("pids cap"), "{}", e.message);
+    let (s, _) = f.agent.get("/healthz").await;
+    assert_eq!(s, 200);
 }
 
 /// A node-wide cap on supervised processes: a start beyond it is refused for now (429), not an

@@ -1,10 +1,9 @@
 //! The SandboxProcess controller: gathers the facts (object, pod, agent record), acts (start once,
 //! stop once, forget on delete, delete after the TTL), and writes the status that
 //! [`status::compute`] derives from the facts — with server-side apply, only when it changed.
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -23,6 +22,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::agent::{AgentClient, AgentError, Agents, Cached, AGENT_SELECTOR};
+use crate::memo::{CachedCopy, Memo};
 use crate::metrics::Metrics;
 use crate::pod;
 use crate::status::{self, AgentView, Facts};
@@ -118,39 +118,13 @@ pub struct Context {
     pub reporter: Reporter,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
-    /// When each object's output summary was last written.
-    output_written: Mutex<HashMap<String, Instant>>,
-    /// When the agent first refused to start each object's process.
-    rejected_since: Mutex<HashMap<String, Instant>>,
-    /// Consecutive failed reconciles of each object, for the retry backoff.
-    failures: Mutex<HashMap<String, u32>>,
-    /// Objects whose final status we wrote and the cache does not show yet: a reconcile from the
-    /// stale copy must neither start the process nor overwrite the final status. An entry lives
-    /// only until the cache catches up.
-    finals_written: Mutex<std::collections::HashSet<String>>,
-}
-
-impl Context {
-    fn forget(&self, uid: &str) {
-        self.output_written.lock().unwrap().remove(uid);
-        self.rejected_since.lock().unwrap().remove(uid);
-        self.failures.lock().unwrap().remove(uid);
-        self.finals_written.lock().unwrap().remove(uid);
-    }
+    /// What is remembered about each object between reconciles.
+    memo: Memo,
 }
 
 /// Retry delay after `failures` consecutive failed reconciles: 1 s doubling to 5 min.
 pub fn retry_delay(failures: u32) -> Duration {
     Duration::from_secs(1u64 << failures.saturating_sub(1).min(9)).min(Duration::from_secs(300))
-}
-
-impl Context {
-    fn output_due(&self, uid: &str) -> Option<Duration> {
-        match self.output_written.lock().unwrap().get(uid) {
-            Some(t) => OUTPUT_REFRESH.checked_sub(t.elapsed()),
-            None => None,
-        }
-    }
 }
 
 fn now() -> Time {
@@ -189,7 +163,7 @@ async fn reconcile(obj: Arc<SandboxProcess>, ctx: Arc<Context>) -> Result<Action
     )
     .await;
     if result.is_ok() {
-        ctx.failures.lock().unwrap().remove(&uid);
+        ctx.memo.succeeded(&uid);
     }
     result
 }
@@ -220,10 +194,7 @@ fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> A
     );
     ctx.metrics.error(error.metric_label());
     let uid = obj.uid().unwrap_or_default();
-    let mut failures = ctx.failures.lock().unwrap();
-    let n = failures.entry(uid).or_insert(0);
-    *n = n.saturating_add(1);
-    Action::requeue(retry_delay(*n))
+    Action::requeue(retry_delay(ctx.memo.failed(&uid)))
 }
 
 /// Looks up a started process at the agent of `node`.
@@ -282,12 +253,7 @@ async fn apply(
     let now = now();
     let settings = &ctx.settings;
 
-    let final_written = if status::is_final(&prev) {
-        ctx.finals_written.lock().unwrap().remove(&uid)
-    } else {
-        ctx.finals_written.lock().unwrap().contains(&uid)
-    };
-    if final_written && !status::is_final(&prev) {
+    if ctx.memo.judge_copy(&uid, status::is_final(&prev)) == CachedCopy::PredatesOurFinal {
         // Our final status is not in this copy yet: look again once the cache has caught up.
         debug!("cached copy predates our final status; waiting for the cache");
         return Ok(Action::requeue(Duration::from_secs(1)));
@@ -413,12 +379,7 @@ async fn apply(
                             error.code,
                             ErrorCode::ContainerNotFound | ErrorCode::ContainerUnavailable
                         );
-                        let since = *ctx
-                            .rejected_since
-                            .lock()
-                            .unwrap()
-                            .entry(uid.clone())
-                            .or_insert_with(Instant::now);
+                        let since = ctx.memo.rejected_since(&uid);
                         if error.code == ErrorCode::TooManyRequests {
                             // The node is at its process cap: wait for room (the start deadline
                             // bounds the wait).
@@ -441,7 +402,7 @@ async fn apply(
         };
     }
 
-    let held_output = ctx.output_due(&uid);
+    let held_output = ctx.memo.output_due(&uid, OUTPUT_REFRESH);
     let next = status::compute(&Facts {
         generation: obj.metadata.generation,
         spec,
@@ -456,14 +417,8 @@ async fn apply(
     });
     if next != prev {
         write_status(ctx, api, &name, &next).await?;
-        if status::is_final(&next) {
-            ctx.finals_written.lock().unwrap().insert(uid.clone());
-        }
         if next.output != prev.output {
-            ctx.output_written
-                .lock()
-                .unwrap()
-                .insert(uid.clone(), Instant::now());
+            ctx.memo.output_written(&uid);
         }
     }
     for note in status::transitions(&prev, &next) {
@@ -471,7 +426,7 @@ async fn apply(
     }
     ctx.metrics.set_phase(&uid, next.phase);
     if status::is_final(&next) {
-        ctx.forget(&uid);
+        ctx.memo.ended(&uid);
         ctx.agents.release(&uid);
         return Ok(Action::await_change());
     }
@@ -591,7 +546,7 @@ async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Option<Actio
     let done = |how: &str| {
         info!(how, "finalizer removed");
         ctx.metrics.set_phase(&uid, None);
-        ctx.forget(&uid);
+        ctx.memo.gone(&uid);
         Ok(None)
     };
     let Some(node) = node else {
@@ -734,10 +689,7 @@ pub async fn run(
         reporter,
         metrics,
         settings,
-        output_written: Mutex::new(HashMap::new()),
-        rejected_since: Mutex::new(HashMap::new()),
-        failures: Mutex::new(HashMap::new()),
-        finals_written: Mutex::new(Default::default()),
+        memo: Memo::default(),
     });
 
     // The object cache (and the trigger stream) without managedFields and the client-side-apply

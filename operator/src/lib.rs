@@ -1,10 +1,11 @@
 //! The SandboxProcess operator: the controller ([`controller`]), the pure status computation
-//! ([`status`]), the agent client and watches ([`agent`]), leader election ([`lease`]), metrics
+//! ([`status`]), the agent client and watches ([`agent`]), leader election ([`lease`]), what is remembered per object ([`memo`]), metrics
 //! ([`metrics`]) and the CRD generator ([`crdgen`]).
 pub mod agent;
 pub mod controller;
 pub mod crdgen;
 pub mod lease;
+pub mod memo;
 pub mod metrics;
 pub mod pod;
 pub mod status;

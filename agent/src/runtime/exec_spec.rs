@@ -151,43 +151,117 @@ fn open_in_root(root: &std::os::fd::OwnedFd, path: &str) -> nix::Result<std::fs:
     openat2(root, path, how).map(std::fs::File::from)
 }
 
+/// Most symlinks followed in one path (the kernel's MAXSYMLINKS).
+const MAX_LINKS: usize = 40;
+
+/// The path that `path` names inside `root`, as a path without symlinks: symlinks are followed
+/// as the container sees them (absolute ones from its root, `..` never above it), each step
+/// opened with no symlink or magic link in it. runc is handed this path, so the directory it
+/// enters is the one checked here, whatever symlinks the tenant placed (CVE-2024-21626 class).
+fn resolve_in_root(root: &std::os::fd::OwnedFd, path: &str) -> nix::Result<String> {
+    use nix::errno::Errno;
+    use nix::sys::stat::{fstatat, SFlag};
+    use std::collections::VecDeque;
+    use std::os::unix::ffi::OsStrExt;
+
+    let parts = |p: &[u8]| -> VecDeque<Vec<u8>> {
+        p.split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let mut done: Vec<Vec<u8>> = Vec::new();
+    let mut todo = parts(path.as_bytes());
+    let mut links = 0;
+    while let Some(c) = todo.pop_front() {
+        match c.as_slice() {
+            b"." => continue,
+            b".." => {
+                done.pop();
+                continue;
+            }
+            b"proc" if done.is_empty() => {
+                // Refused by the caller (magic links); the rest is not resolved from here.
+                done.push(c);
+                done.extend(todo.drain(..).filter(|c| c != b"." && c != b".."));
+                break;
+            }
+            _ => {}
+        }
+        let prefix = format!("/{}", String::from_utf8_lossy(&done.join(&b'/')));
+        let how = OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_SYMLINKS);
+        let parent = openat2(root, prefix.as_str(), how)?;
+        let name = std::ffi::OsStr::from_bytes(&c);
+        let st = fstatat(&parent, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK {
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(Errno::ELOOP);
+            }
+            let target = nix::fcntl::readlinkat(&parent, name)?;
+            let target = target.as_bytes();
+            if target.starts_with(b"/") {
+                done.clear();
+            }
+            for t in parts(target).into_iter().rev() {
+                todo.push_front(t);
+            }
+        } else {
+            done.push(c);
+        }
+    }
+    let out = format!("/{}", String::from_utf8_lossy(&done.join(&b'/')));
+    // Names that are not UTF-8 cannot be handed to runc (JSON) as they are.
+    if out.as_bytes() != [b"/".as_slice(), &done.join(&b'/')].concat() {
+        return Err(Errno::EILSEQ);
+    }
+    Ok(out)
+}
+
 /// Checks cwd and the executable inside the container's root filesystem (`root` is
 /// `/proc/<init pid>/root`). Paths are resolved with the container's root as "/" so a tenant's
-/// symlink cannot point the host-root agent at host files.
-pub fn precheck_in_root(root: &Path, process: &Value) -> Result<(), AgentError> {
+/// symlink cannot point the host-root agent at host files. Returns the working directory
+/// resolved to a path without symlinks, which is what runc must be given.
+pub fn precheck_in_root(root: &Path, process: &Value) -> Result<String, AgentError> {
     let rootfd: std::os::fd::OwnedFd = std::fs::File::open(root)
         .map_err(|e| {
             AgentError::Internal(format!("opening container root {}: {e}", root.display()))
         })?
         .into();
-    let cwd = process["cwd"].as_str().unwrap_or("/");
+    let asked = process["cwd"].as_str().unwrap_or("/");
+    let cwd_err = |reason: String| AgentError::InvalidProcessCwd {
+        cwd: asked.into(),
+        reason,
+    };
+    let cwd = match resolve_in_root(&rootfd, asked) {
+        Ok(c) => c,
+        Err(nix::errno::Errno::ELOOP) => {
+            return Err(cwd_err("too many levels of symbolic links".into()))
+        }
+        Err(nix::errno::Errno::EILSEQ) => {
+            return Err(cwd_err("the resolved path is not valid UTF-8".into()))
+        }
+        Err(e) => return Err(cwd_err(e.desc().into())),
+    };
+    if under_proc(&cwd) {
+        return Err(cwd_err(if cwd == asked {
+            MAGIC_LINKS.into()
+        } else {
+            format!("resolves to {cwd}: {MAGIC_LINKS}")
+        }));
+    }
+    let cwd = cwd.as_str();
     match open_in_root(&rootfd, cwd).map(|f| f.metadata()) {
         Ok(Ok(m)) if m.is_dir() => {}
-        Ok(Ok(_)) => {
-            return Err(AgentError::InvalidProcessCwd {
-                cwd: cwd.into(),
-                reason: "not a directory".into(),
-            })
-        }
-        Ok(Err(e)) => {
-            return Err(AgentError::InvalidProcessCwd {
-                cwd: cwd.into(),
-                reason: e.to_string(),
-            })
-        }
+        Ok(Ok(_)) => return Err(cwd_err("not a directory".into())),
+        Ok(Err(e)) => return Err(cwd_err(e.to_string())),
         // RESOLVE_NO_MAGICLINKS: a symlink to a procfs magic link, or a symlink loop.
         Err(nix::errno::Errno::ELOOP) => {
-            return Err(AgentError::InvalidProcessCwd {
-                cwd: cwd.into(),
-                reason: "the path goes through a magic link or a symlink loop; magic links (procfs) are not allowed".into(),
-            })
+            return Err(cwd_err("the path goes through a magic link or a symlink loop; magic links (procfs) are not allowed".into()))
         }
-        Err(e) => {
-            return Err(AgentError::InvalidProcessCwd {
-                cwd: cwd.into(),
-                reason: e.desc().into(),
-            })
-        }
+        Err(e) => return Err(cwd_err(e.desc().into())),
     }
     let argv0 = process["args"][0].as_str().unwrap_or_default();
     let spawn_err = |reason: String| AgentError::ProcessSpawnFailed {
@@ -211,7 +285,7 @@ pub fn precheck_in_root(root: &Path, process: &Value) -> Result<(), AgentError> 
         } else {
             format!("{cwd}/{argv0}")
         };
-        return check(&full).map_err(spawn_err);
+        return check(&full).map(|()| cwd.to_string()).map_err(spawn_err);
     }
     let mut last = None;
     for dir in process_env_path(process)
@@ -219,7 +293,7 @@ pub fn precheck_in_root(root: &Path, process: &Value) -> Result<(), AgentError> 
         .filter(|d| !d.is_empty())
     {
         match check(&format!("{dir}/{argv0}")) {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(cwd.to_string()),
             Err(e) if e.contains("No such file") => {}
             Err(e) => last = Some(e),
         }
@@ -336,6 +410,25 @@ mod tests {
             sandbox_api::wire::ErrorCode::InvalidProcessCwd,
             "{e}"
         );
+        // What runc gets is the path with the symlinks resolved inside the root.
+        std::fs::create_dir_all(root.path().join("srv/app")).unwrap();
+        std::os::unix::fs::symlink("/srv", root.path().join("work/srv")).unwrap();
+        std::os::unix::fs::symlink("../../../../srv/app", root.path().join("work/up")).unwrap();
+        std::os::unix::fs::symlink("/proc/self/fd/7", root.path().join("work/leak")).unwrap();
+        std::os::unix::fs::symlink("loop", root.path().join("work/loop")).unwrap();
+        assert_eq!(
+            precheck_in_root(root.path(), &p("tool", "/work/srv/app/.")).unwrap(),
+            "/srv/app"
+        );
+        assert_eq!(
+            precheck_in_root(root.path(), &p("tool", "/work/up")).unwrap(),
+            "/srv/app",
+            "`..` stops at the container's root"
+        );
+        let e = precheck_in_root(root.path(), &p("tool", "/work/leak")).unwrap_err();
+        assert!(e.to_string().contains("resolves to /proc/self/fd/7"), "{e}");
+        let e = precheck_in_root(root.path(), &p("tool", "/work/loop")).unwrap_err();
+        assert!(e.to_string().contains("symbolic links"), "{e}");
         let e = precheck_in_root(root.path(), &p("nope", "/")).unwrap_err();
         assert!(e.to_string().contains("not found in $PATH"), "{e}");
         let e = precheck_in_root(root.path(), &p("data", "/")).unwrap_err();

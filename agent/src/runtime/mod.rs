@@ -7,6 +7,7 @@
 pub mod cri;
 pub mod exec_spec;
 pub mod runc_state;
+pub mod version;
 
 use sandbox_api::wire::StartRequest;
 use serde::{Deserialize, Serialize};

@@ -252,6 +252,7 @@ impl Agent {
             .append(true)
             .open(self.base.join(format!("agent-{port}.log")))
             .unwrap();
+        let runc_bin = runc();
         let child = Command::new(env!("CARGO_BIN_EXE_sandbox-agent"))
             .args([
                 "serve", "--lookup", "runc", "--auth", "static", "--listen", &self.addr,
@@ -262,24 +263,27 @@ impl Agent {
             .arg(&self.state)
             .arg("--runtime-root")
             .arg(&self.runc_root)
-            .arg("--runtime-binary")
-            .arg(runc())
-            .args(["--supervisor-cgroup", "spo-agent-test-supervisors"])
+            .args(self.default_unless_given("--runtime-binary", &runc_bin))
             .args(&self.extra)
-            .args(
-                (!self.extra.iter().any(|a| a == "--supervisor-binary"))
-                    .then_some([
-                        "--supervisor-binary",
-                        env!("CARGO_BIN_EXE_sandbox-supervisor"),
-                    ])
-                    .into_iter()
-                    .flatten(),
-            )
+            .args(self.default_unless_given("--supervisor-cgroup", "spo-agent-test-supervisors"))
+            .args(self.default_unless_given(
+                "--supervisor-binary",
+                env!("CARGO_BIN_EXE_sandbox-supervisor"),
+            ))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap();
         self.child = Some(child);
+    }
+
+    /// `[flag, value]` unless the test's extra args give the flag (clap refuses it twice).
+    fn default_unless_given<'a>(&self, flag: &'a str, value: &'a str) -> Vec<&'a str> {
+        if self.extra.iter().any(|a| a == flag) {
+            Vec::new()
+        } else {
+            vec![flag, value]
+        }
     }
 
     pub fn pid(&self) -> u32 {

@@ -1,0 +1,162 @@
+//! What the controller remembers about each object between reconciles, in one place so it is
+//! cleared together. Keyed by object uid.
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct Entry {
+    /// When the output summary was last written into the status.
+    output_written: Option<Instant>,
+    /// When the agent first refused to start the process.
+    rejected_since: Option<Instant>,
+    /// Consecutive failed reconciles, for the retry backoff.
+    failures: u32,
+    /// We wrote a final status that the cache may not show yet.
+    final_written: bool,
+}
+
+/// What a reconcile may do with its copy of the object.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CachedCopy {
+    /// Act on it.
+    Current,
+    /// It predates a final status we wrote: neither start nor overwrite; look again later.
+    PredatesOurFinal,
+}
+
+#[derive(Default)]
+pub struct Memo {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl Memo {
+    fn with<T>(&self, uid: &str, f: impl FnOnce(&mut Entry) -> T) -> T {
+        f(self
+            .entries
+            .lock()
+            .unwrap()
+            .entry(uid.to_string())
+            .or_default())
+    }
+
+    /// How long until the output summary is due again (None: due now).
+    pub fn output_due(&self, uid: &str, every: Duration) -> Option<Duration> {
+        let e = self.entries.lock().unwrap();
+        e.get(uid)
+            .and_then(|e| e.output_written)
+            .and_then(|t| every.checked_sub(t.elapsed()))
+    }
+
+    pub fn output_written(&self, uid: &str) {
+        self.with(uid, |e| e.output_written = Some(Instant::now()));
+    }
+
+    /// When the agent first refused this object's start (now, if this is the first time).
+    pub fn rejected_since(&self, uid: &str) -> Instant {
+        self.with(uid, |e| *e.rejected_since.get_or_insert_with(Instant::now))
+    }
+
+    /// Counts a failed reconcile; returns how many in a row.
+    pub fn failed(&self, uid: &str) -> u32 {
+        self.with(uid, |e| {
+            e.failures = e.failures.saturating_add(1);
+            e.failures
+        })
+    }
+
+    pub fn succeeded(&self, uid: &str) {
+        if let Some(e) = self.entries.lock().unwrap().get_mut(uid) {
+            e.failures = 0;
+        }
+    }
+
+    /// Judges a reconcile's copy: whether it predates a final status we wrote. Once a copy
+    /// shows a final status the memo of it is dropped (the cache has caught up).
+    pub fn judge_copy(&self, uid: &str, copy_is_final: bool) -> CachedCopy {
+        let mut all = self.entries.lock().unwrap();
+        let Some(e) = all.get_mut(uid) else {
+            return CachedCopy::Current;
+        };
+        if copy_is_final {
+            // Nothing else is needed for a final object.
+            all.remove(uid);
+            CachedCopy::Current
+        } else if e.final_written {
+            CachedCopy::PredatesOurFinal
+        } else {
+            CachedCopy::Current
+        }
+    }
+
+    /// A final status was written: forget what a running object needs, remember the final until
+    /// the cache shows it.
+    pub fn ended(&self, uid: &str) {
+        self.with(uid, |e| {
+            *e = Entry {
+                final_written: true,
+                ..Entry::default()
+            }
+        });
+    }
+
+    /// The object is gone: forget everything.
+    pub fn gone(&self, uid: &str) {
+        self.entries.lock().unwrap().remove(uid);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The race of issue 11 item 6: the final status is written, then a reconcile runs from a
+    /// cached copy that predates it (still Running). That copy must not be acted on.
+    #[test]
+    fn a_copy_older_than_our_final_is_not_acted_on() {
+        let m = Memo::default();
+        m.output_written("u");
+        m.failed("u");
+        m.ended("u");
+        assert_eq!(m.judge_copy("u", false), CachedCopy::PredatesOurFinal);
+        assert_eq!(m.judge_copy("u", false), CachedCopy::PredatesOurFinal);
+        // The cache caught up: from now on copies are current, and nothing is held.
+        assert_eq!(m.judge_copy("u", true), CachedCopy::Current);
+        assert_eq!(m.judge_copy("u", false), CachedCopy::Current);
+        assert!(m.is_empty());
+    }
+
+    #[test]
+    fn ending_clears_the_running_state_and_gone_clears_all() {
+        let m = Memo::default();
+        m.output_written("u");
+        let t = m.rejected_since("u");
+        assert_eq!(m.rejected_since("u"), t, "the first refusal is kept");
+        assert_eq!((m.failed("u"), m.failed("u")), (1, 2));
+        m.succeeded("u");
+        assert_eq!(m.failed("u"), 1);
+        m.ended("u");
+        assert_eq!(m.output_due("u", Duration::from_secs(60)), None);
+        assert_eq!(m.failed("u"), 1, "the count starts again after the end");
+        m.gone("u");
+        assert!(m.is_empty());
+        assert_eq!(m.judge_copy("u", false), CachedCopy::Current);
+        assert!(m.is_empty(), "judging a copy adds nothing");
+    }
+
+    #[test]
+    fn other_objects_are_untouched() {
+        let m = Memo::default();
+        m.ended("a");
+        assert_eq!(m.judge_copy("b", false), CachedCopy::Current);
+        assert_eq!(m.judge_copy("a", false), CachedCopy::PredatesOurFinal);
+    }
+}
