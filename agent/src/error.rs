@@ -21,6 +21,8 @@ pub enum AgentError {
     InvalidProcessEnvironment(String),
     #[error("cannot start {argv0:?}: {reason}")]
     ProcessSpawnFailed { argv0: String, reason: String },
+    #[error("{0}")]
+    RuntimeUnsupported(String),
     #[error("process {0} not found")]
     ProcessNotFound(String),
     #[error("process {0}: supervisor vanished without an exit record")]
@@ -62,6 +64,7 @@ impl AgentError {
             AgentError::InvalidProcessCwd { .. } => ErrorCode::InvalidProcessCwd,
             AgentError::InvalidProcessEnvironment(_) => ErrorCode::InvalidProcessEnvironment,
             AgentError::ProcessSpawnFailed { .. } => ErrorCode::ProcessSpawnFailed,
+            AgentError::RuntimeUnsupported(_) => ErrorCode::RuntimeUnsupported,
             AgentError::ProcessNotFound(_) => ErrorCode::ProcessNotFound,
             AgentError::ProcessLost(_) => ErrorCode::ProcessLost,
             AgentError::OperationInterrupted(_) => ErrorCode::OperationInterrupted,
@@ -89,7 +92,9 @@ impl AgentError {
             ErrorCode::OutputFreed => 410,
             ErrorCode::Unauthorized => 401,
             ErrorCode::ProcessNotFound | ErrorCode::ContainerNotFound => 404,
-            ErrorCode::ContainerUnavailable | ErrorCode::ProcessSpawnFailed => 409,
+            ErrorCode::ContainerUnavailable
+            | ErrorCode::ProcessSpawnFailed
+            | ErrorCode::RuntimeUnsupported => 409,
             ErrorCode::OperationInterrupted | ErrorCode::AgentUnavailable => 503,
             _ => 500,
         }

@@ -60,8 +60,8 @@ pub struct Registry {
     tx: broadcast::Sender<WatchEvent>,
     start_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     follows: Arc<Follows>,
-    /// The runtime binary last judged, and the verdict (re-judged when the file changes).
-    runtime_verdict: Mutex<Option<(spawn::FileId, Verdict)>>,
+    /// Each runtime binary judged, and the verdict (judged again when the file changes).
+    runtime_verdicts: Mutex<HashMap<String, (spawn::FileId, Verdict)>>,
 }
 
 impl Registry {
@@ -80,7 +80,7 @@ impl Registry {
             records: Mutex::new(BTreeMap::new()),
             tx,
             start_locks: Mutex::new(HashMap::new()),
-            runtime_verdict: Mutex::new(None),
+            runtime_verdicts: Mutex::new(HashMap::new()),
         });
         // Watch first so no change between the scan and the watch is missed.
         reg.clone().spawn_watcher()?;
@@ -354,12 +354,12 @@ impl Registry {
 
     /// Refuses to launch with a runtime known to let a process reach the host (see
     /// `runtime::version`). The verdict is kept until the binary changes.
-    async fn check_runtime(self: &Arc<Self>, req: &StartRequest) -> Result<(), AgentError> {
+    async fn check_runtime(self: &Arc<Self>, binary: &str) -> Result<(), AgentError> {
         if self.cfg.allow_vulnerable_runtime {
             return Ok(());
         }
-        let (spawn_cfg, bin) = (self.cfg.spawn.clone(), self.cfg.runtime_binary.clone());
-        let cached = self.runtime_verdict.lock().unwrap().clone();
+        let (spawn_cfg, bin) = (self.cfg.spawn.clone(), binary.to_string());
+        let cached = self.runtime_verdicts.lock().unwrap().get(binary).cloned();
         let judged = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
             let id = spawn::runtime_file_id(&spawn_cfg, &bin)?;
             match cached {
@@ -373,24 +373,22 @@ impl Registry {
         })
         .await
         .map_err(|e| AgentError::Internal(e.to_string()))?
-        .map_err(|e| AgentError::ProcessSpawnFailed {
-            argv0: req.command.first().cloned().unwrap_or_default(),
-            reason: format!(
-                "checking the node's runtime {}: {e}",
-                self.cfg.runtime_binary
-            ),
+        .map_err(|e| {
+            AgentError::RuntimeUnsupported(format!("checking the runtime {binary}: {e}"))
         })?;
         let (id, verdict, fresh) = judged;
         if fresh {
-            info!(runtime = %self.cfg.runtime_binary, verdict = %verdict, "runtime version judged");
-            *self.runtime_verdict.lock().unwrap() = Some((id, verdict.clone()));
+            info!(runtime = %binary, verdict = %verdict, "runtime version judged");
+            self.runtime_verdicts
+                .lock()
+                .unwrap()
+                .insert(binary.to_string(), (id, verdict.clone()));
         }
         match verdict {
             Verdict::Supported => Ok(()),
-            Verdict::Refused(why) => Err(AgentError::ProcessSpawnFailed {
-                argv0: req.command.first().cloned().unwrap_or_default(),
-                reason: format!("the node's runtime {}: {why}", self.cfg.runtime_binary),
-            }),
+            Verdict::Refused(why) => Err(AgentError::RuntimeUnsupported(format!(
+                "the runtime {binary}: {why}"
+            ))),
         }
     }
 
@@ -418,8 +416,12 @@ impl Registry {
                 "this node's agent supervises {running} processes, its cap (--max-processes); the start waits for room"
             )));
         }
-        self.check_runtime(&req).await?;
         let info = self.cfg.lookup.find(&req.pod_uid, &req.container).await?;
+        let runtime_binary = info
+            .runtime_binary
+            .clone()
+            .unwrap_or_else(|| self.cfg.runtime_binary.clone());
+        self.check_runtime(&runtime_binary).await?;
         let mut process = exec_spec::build_process(&info.spec, &req)?;
         let root = std::path::PathBuf::from(format!("{}/{}/root", self.cfg.proc_root, info.pid));
         {
@@ -435,7 +437,7 @@ impl Registry {
             container_id: info.id.clone(),
             container_pid: info.pid,
             container_start: crate::procfs::start_time(info.pid),
-            runtime_binary: self.cfg.runtime_binary.clone(),
+            runtime_binary,
             runtime_root: info
                 .runtime_root
                 .clone()

@@ -394,7 +394,7 @@ async fn a_vulnerable_runc_is_refused() {
     );
     let f = fx_with(0, &["--runtime-binary", &old]);
     let (s, v) = f.agent.start(&req(&f.ctr, &["true"])).await.unwrap_err();
-    assert_eq!(v["code"], "ProcessSpawnFailed", "{s} {v}");
+    assert_eq!(v["code"], "RuntimeUnsupported", "{s} {v}");
     assert!(
         v["message"].as_str().unwrap().contains("CVE-2024-21626"),
         "{v}"

@@ -501,6 +501,9 @@ pub enum ErrorCode {
     InvalidProcessEnvironment,
     InvalidResourceLimits,
     ProcessSpawnFailed,
+    /// The container's runtime cannot be used to launch a process (its RuntimeClass handler, or a
+    /// runc the agent refuses); the message names it.
+    RuntimeUnsupported,
     StaleProcessHandle,
     ProcessNotFound,
     ProcessLost,
@@ -519,6 +522,7 @@ impl ErrorCode {
             ErrorCode::InvalidProcessEnvironment => "InvalidProcessEnvironment",
             ErrorCode::InvalidResourceLimits => "InvalidResourceLimits",
             ErrorCode::ProcessSpawnFailed => "ProcessSpawnFailed",
+            ErrorCode::RuntimeUnsupported => "RuntimeUnsupported",
             ErrorCode::StaleProcessHandle => "StaleProcessHandle",
             ErrorCode::ProcessNotFound => "ProcessNotFound",
             ErrorCode::ProcessLost => "ProcessLost",
@@ -539,6 +543,7 @@ impl ErrorCode {
             W::InvalidProcessEnvironment => ErrorCode::InvalidProcessEnvironment,
             W::InvalidResourceLimits => ErrorCode::InvalidResourceLimits,
             W::ProcessSpawnFailed => ErrorCode::ProcessSpawnFailed,
+            W::RuntimeUnsupported => ErrorCode::RuntimeUnsupported,
             W::StaleProcessHandle => ErrorCode::StaleProcessHandle,
             W::ProcessNotFound => ErrorCode::ProcessNotFound,
             W::ProcessLost => ErrorCode::ProcessLost,

@@ -34,6 +34,9 @@ pub enum ErrorCode {
     /// `resources.limits` cannot be applied (above the container's own, or not on this node).
     InvalidResourceLimits,
     ProcessSpawnFailed,
+    /// The container's runtime is one the agent cannot launch a process with (a RuntimeClass
+    /// handler such as gVisor or Kata, or a runc known to be vulnerable or too old).
+    RuntimeUnsupported,
     StaleProcessHandle,
     ProcessNotFound,
     ProcessLost,
@@ -58,6 +61,7 @@ impl ErrorCode {
             ErrorCode::InvalidProcessEnvironment => "InvalidProcessEnvironment",
             ErrorCode::InvalidResourceLimits => "InvalidResourceLimits",
             ErrorCode::ProcessSpawnFailed => "ProcessSpawnFailed",
+            ErrorCode::RuntimeUnsupported => "RuntimeUnsupported",
             ErrorCode::StaleProcessHandle => "StaleProcessHandle",
             ErrorCode::ProcessNotFound => "ProcessNotFound",
             ErrorCode::ProcessLost => "ProcessLost",

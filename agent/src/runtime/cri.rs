@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use k8s_cri::v1::{ContainerFilter, ContainerState, ContainerStatusRequest, ListContainersRequest};
+use k8s_cri::v1::{
+    ContainerFilter, ContainerState, ContainerStatusRequest, ListContainersRequest,
+    PodSandboxStatusRequest,
+};
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -112,16 +115,106 @@ impl CriLookup {
                 c.id
             )));
         }
-        // containerd: runc options may carry a custom root; otherwise the caller's default applies.
-        let runtime_root = info["runtimeOptions"]["root"]
-            .as_str()
-            .filter(|s| !s.is_empty())
-            .map(str::to_string);
+        let runtime = match runtime_of(&info) {
+            Ok(r) => r,
+            Err(runtime_type) => {
+                // Named by the pod's RuntimeClass handler, what the user chose.
+                let handler = client
+                    .pod_sandbox_status(PodSandboxStatusRequest {
+                        pod_sandbox_id: c.pod_sandbox_id.clone(),
+                        verbose: false,
+                    })
+                    .await
+                    .ok()
+                    .and_then(|r| r.into_inner().status)
+                    .map(|s| s.runtime_handler)
+                    .filter(|h| !h.is_empty());
+                return Err(unsupported(handler.as_deref(), &runtime_type));
+            }
+        };
         Ok(ContainerInfo {
             id: c.id.clone(),
             pid,
             spec,
-            runtime_root,
+            runtime_root: runtime.root,
+            runtime_binary: runtime.binary,
         })
+    }
+}
+
+/// The runc-compatible runtime a container runs under, as containerd reports it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct RuncRuntime {
+    /// The runtime binary of its handler (`BinaryName`, e.g. crun), if not the node's default.
+    pub binary: Option<String>,
+    /// Its state root (`Root`), if not the default.
+    pub root: Option<String>,
+}
+
+/// containerd shims whose containers live in a runc-compatible state root the agent can exec in.
+const RUNC_SHIMS: &[&str] = &["io.containerd.runc.v2", "io.containerd.runc.v1"];
+
+/// From a verbose ContainerStatus `info`: the runc-compatible runtime, or (Err) the runtime type
+/// the agent cannot exec with (gVisor's runsc, Kata, ...). A runtime that says nothing of its
+/// type (CRI-O, older containerd) is taken as the node's default runtime.
+pub fn runtime_of(info: &serde_json::Value) -> Result<RuncRuntime, String> {
+    let text = |v: &serde_json::Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    if let Some(t) = text(&info["runtimeType"]) {
+        if !RUNC_SHIMS.contains(&t.as_str()) {
+            return Err(t);
+        }
+    }
+    let opts = &info["runtimeOptions"];
+    Ok(RuncRuntime {
+        binary: text(&opts["binary_name"]).or_else(|| text(&opts["BinaryName"])),
+        root: text(&opts["root"]).or_else(|| text(&opts["Root"])),
+    })
+}
+
+fn unsupported(handler: Option<&str>, runtime_type: &str) -> AgentError {
+    AgentError::RuntimeUnsupported(match handler {
+        Some(h) => format!(
+            "the pod's runtime handler {h:?} ({runtime_type}) is not runc-compatible: a process cannot be started in its containers (supported: runc, crun and other runc-compatible handlers of io.containerd.runc.v2)"
+        ),
+        None => format!(
+            "the container's runtime {runtime_type} is not runc-compatible: a process cannot be started in it (supported: runc, crun and other runc-compatible handlers of io.containerd.runc.v2)"
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn runc_handlers_give_their_binary_and_root() {
+        let info = json!({"runtimeType": "io.containerd.runc.v2",
+            "runtimeOptions": {"binary_name": "/usr/bin/crun", "root": "/run/crun-k8s"}});
+        assert_eq!(
+            runtime_of(&info).unwrap(),
+            RuncRuntime {
+                binary: Some("/usr/bin/crun".into()),
+                root: Some("/run/crun-k8s".into())
+            }
+        );
+        let plain = json!({"runtimeType": "io.containerd.runc.v2", "runtimeOptions": {}});
+        assert_eq!(runtime_of(&plain).unwrap(), RuncRuntime::default());
+        // CRI-O and older runtimes say nothing: the node's default.
+        assert_eq!(
+            runtime_of(&json!({"pid": 1})).unwrap(),
+            RuncRuntime::default()
+        );
+    }
+
+    #[test]
+    fn other_shims_are_unsupported_by_name() {
+        for t in ["io.containerd.runsc.v1", "io.containerd.kata.v2"] {
+            let info = json!({"runtimeType": t, "runtimeOptions": {"TypeUrl": "x"}});
+            assert_eq!(runtime_of(&info).unwrap_err(), t);
+        }
+        let e = unsupported(Some("gvisor"), "io.containerd.runsc.v1");
+        assert_eq!(e.code(), sandbox_api::wire::ErrorCode::RuntimeUnsupported);
+        assert!(e.to_string().contains("\"gvisor\""), "{e}");
     }
 }

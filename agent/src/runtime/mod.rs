@@ -26,6 +26,8 @@ pub struct ContainerInfo {
     pub spec: serde_json::Value,
     /// The OCI runtime's state root holding this container, when the lookup knows it.
     pub runtime_root: Option<String>,
+    /// The runtime binary of the container's handler (e.g. crun), when not the node's default.
+    pub runtime_binary: Option<String>,
 }
 
 /// Everything the supervisor needs to launch one process; written by the agent.

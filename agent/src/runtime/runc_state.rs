@@ -58,6 +58,7 @@ impl RuncStateLookup {
                 pid,
                 spec,
                 runtime_root: Some(self.root.display().to_string()),
+                runtime_binary: None,
             });
         }
         Err(not_found(format!(

@@ -71,3 +71,26 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "spo.operator.serviceA
 {{- printf "%s:%s" $img.repository (default .root.Chart.AppVersion $img.tag) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The agent's CRI socket, runtime binary and runtime root: agent.runtimePreset's, each overridden by
+a non-empty agent.cri value. Returns YAML: socket, runtimeBinary, runtimeRoot.
+*/}}
+{{- define "spo.agent.runtime" -}}
+{{- $presets := dict
+  "containerd-debian" (dict "socket" "/run/containerd/containerd.sock" "runtimeBinary" "/usr/sbin/runc" "runtimeRoot" "/run/containerd/runc/k8s.io")
+  "containerd" (dict "socket" "/run/containerd/containerd.sock" "runtimeBinary" "/usr/local/sbin/runc" "runtimeRoot" "/run/containerd/runc/k8s.io")
+  "kind" (dict "socket" "/run/containerd/containerd.sock" "runtimeBinary" "/usr/local/sbin/runc" "runtimeRoot" "/run/containerd/runc/k8s.io")
+  "k3s" (dict "socket" "/run/k3s/containerd/containerd.sock" "runtimeBinary" "/var/lib/rancher/k3s/data/current/bin/runc" "runtimeRoot" "/run/containerd/runc/k8s.io")
+  "rke2" (dict "socket" "/run/k3s/containerd/containerd.sock" "runtimeBinary" "/var/lib/rancher/rke2/bin/runc" "runtimeRoot" "/run/containerd/runc/k8s.io")
+  "cri-o" (dict "socket" "/var/run/crio/crio.sock" "runtimeBinary" "/usr/bin/runc" "runtimeRoot" "/run/runc")
+-}}
+{{- $preset := get $presets .Values.agent.runtimePreset -}}
+{{- if not $preset -}}
+{{- fail (printf "agent.runtimePreset %q is not one of: %s" .Values.agent.runtimePreset (keys $presets | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- $cri := .Values.agent.cri -}}
+socket: {{ $cri.socket | default $preset.socket | quote }}
+runtimeBinary: {{ $cri.runtimeBinary | default $preset.runtimeBinary | quote }}
+runtimeRoot: {{ $cri.runtimeRoot | default $preset.runtimeRoot | quote }}
+{{- end -}}
