@@ -6,5 +6,8 @@ CONTAINERD_VERSION=v2.2.9
 HELM_VERSION=v3.19.5
 CNI_PLUGINS_VERSION=v1.9.1
 # Debian packages the demo and the tests need on the host (installed by e2e/prereqs and `e2e/cluster up`
-# when missing): the cluster's, protoc (the CRI client of the agent), lua5.1 (the Argo CD health test).
-HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux mount iproute2 curl tar gcc libc6-dev protobuf-compiler lua5.1"
+# when missing): the cluster's, protoc (the CRI client of the agent), lua5.1 (the Argo CD health test),
+# docker-registry and skopeo (e2e/release: a real registry on 127.0.0.1, images pushed to it).
+HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux mount iproute2 curl tar gcc libc6-dev protobuf-compiler lua5.1 docker-registry skopeo"
+# The registry e2e/release runs on 127.0.0.1 (plain HTTP; the cluster's containerd is told so).
+REGISTRY_PORT=5123

@@ -65,10 +65,22 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "spo.operator.serviceA
 {{/* image reference: repository[:tag|@digest]; tag defaults to the appVersion. */}}
 {{- define "spo.image" -}}
 {{- $img := .image -}}
-{{- if $img.digest -}}
-{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- $repo := $img.repository -}}
+{{- /* global.imageRegistry replaces the registry of the repository (its first part when that
+is a host: has a "." or ":" or is "localhost"), or is put in front of one that names none. */ -}}
+{{- with (.root.Values.global | default dict).imageRegistry -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $repo = printf "%s/%s" . (rest $parts | join "/") -}}
 {{- else -}}
-{{- printf "%s:%s" $img.repository (default .root.Chart.AppVersion $img.tag) -}}
+{{- $repo = printf "%s/%s" . $repo -}}
+{{- end -}}
+{{- end -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $repo $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion $img.tag) -}}
 {{- end -}}
 {{- end -}}
 

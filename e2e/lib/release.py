@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Release artifacts that need more than shell (used by e2e/release):
+
+  oci DOCKER_ARCHIVE OUT.tar TAG   docker-archive (e2e/images build) -> OCI image layout tar with
+                                   a gzip layer; prints the manifest digest. Deterministic: the
+                                   same input gives the same bytes (fixed gzip/tar metadata).
+  sbom PACKAGE IMAGE VERSION OUT   SPDX 2.3 JSON of the crates compiled into PACKAGE's binaries
+                                   (cargo metadata, normal dependencies only) for IMAGE
+  krew VERSION ARCHIVE URI OUT     krew plugin manifest for kubectl-sandbox with ARCHIVE's sha256
+  sums DIR                         SHA256SUMS of every file under DIR (sorted, relative paths)
+"""
+import gzip
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    tar.addfile(info, io.BytesIO(data))
+
+
+def oci(archive: str, out: str, tag: str) -> None:
+    with tarfile.open(archive) as t:
+        (entry,) = json.load(t.extractfile("manifest.json"))
+        config = t.extractfile(entry["Config"]).read()
+        layers = [t.extractfile(l).read() for l in entry["Layers"]]
+    blobs = {}
+    layer_descs = []
+    for layer in layers:
+        gz = gzip.compress(layer, compresslevel=9, mtime=0)
+        blobs[sha256(gz)] = gz
+        layer_descs.append({
+            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+            "digest": "sha256:" + sha256(gz),
+            "size": len(gz),
+        })
+    blobs[sha256(config)] = config
+    manifest = canonical({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": "sha256:" + sha256(config),
+            "size": len(config),
+        },
+        "layers": layer_descs,
+    })
+    blobs[sha256(manifest)] = manifest
+    index = canonical({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": "sha256:" + sha256(manifest),
+            "size": len(manifest),
+            "annotations": {"org.opencontainers.image.ref.name": tag},
+        }],
+    })
+    tmp = out + ".tmp"
+    with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as t:
+        add(t, "oci-layout", canonical({"imageLayoutVersion": "1.0.0"}))
+        add(t, "index.json", index)
+        for digest in sorted(blobs):
+            add(t, f"blobs/sha256/{digest}", blobs[digest])
+    os.replace(tmp, out)
+    print("sha256:" + sha256(manifest))
+
+
+def sbom(package: str, image: str, version: str, out: str) -> None:
+    meta = json.loads(subprocess.run(
+        ["cargo", "metadata", "--format-version", "1", "--locked"],
+        check=True, capture_output=True).stdout)
+    pkgs = {p["id"]: p for p in meta["packages"]}
+    nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
+    root = next(p["id"] for p in meta["packages"] if p["name"] == package)
+    # Normal (not dev/build) dependencies reachable from the package: what its binaries contain.
+    seen, todo = set(), [root]
+    while todo:
+        i = todo.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        for d in nodes[i]["deps"]:
+            if any(k["kind"] is None for k in d["dep_kinds"]):
+                todo.append(d["pkg"])
+    def spdx_id(p):
+        return "SPDXRef-Package-" + "".join(c if c.isalnum() else "-" for c in f"{p['name']}-{p['version']}")
+    packages, rels = [], []
+    for i in sorted(seen, key=lambda i: (pkgs[i]["name"], pkgs[i]["version"])):
+        p = pkgs[i]
+        entry = {
+            "SPDXID": spdx_id(p),
+            "name": p["name"],
+            "versionInfo": p["version"],
+            "downloadLocation": "NOASSERTION",
+            "licenseConcluded": "NOASSERTION",
+            "licenseDeclared": p.get("license") or "NOASSERTION",
+            "copyrightText": "NOASSERTION",
+            "filesAnalyzed": False,
+        }
+        if (p.get("source") or "").startswith("registry+"):
+            entry["externalRefs"] = [{
+                "referenceCategory": "PACKAGE-MANAGER",
+                "referenceType": "purl",
+                "referenceLocator": f"pkg:cargo/{p['name']}@{p['version']}",
+            }]
+        packages.append(entry)
+        rels.append({"spdxElementId": "SPDXRef-DOCUMENT" if i == root else spdx_id(pkgs[root]),
+                     "relationshipType": "DESCRIBES" if i == root else "CONTAINS",
+                     "relatedSpdxElement": spdx_id(p)})
+    doc = {
+        "spdxVersion": "SPDX-2.3",
+        "dataLicense": "CC0-1.0",
+        "SPDXID": "SPDXRef-DOCUMENT",
+        "name": f"{image}:{version}",
+        "documentNamespace": f"https://sandbox.dev/spdx/{image}-{version}",
+        # Fixed, so the same tree gives the same SBOM.
+        "creationInfo": {"created": "1970-01-01T00:00:00Z", "creators": ["Tool: e2e/release"]},
+        "packages": packages,
+        "relationships": rels,
+    }
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def krew(version: str, archive: str, uri: str, out: str) -> None:
+    digest = sha256(open(archive, "rb").read())
+    text = f"""apiVersion: krew.googlecontainertools.github.com/v1alpha2
+kind: Plugin
+metadata:
+  name: sandbox
+spec:
+  version: v{version}
+  homepage: https://sandbox.dev
+  shortDescription: Run and follow SandboxProcesses (processes in pods' containers)
+  description: |
+    kubectl sandbox runs a process inside a running pod's container as a SandboxProcess,
+    follows its output with cursors, waits for it and signals it, through the
+    sandbox-process-operator's API.
+  platforms:
+  - selector:
+      matchLabels:
+        os: linux
+        arch: amd64
+    uri: {uri}
+    sha256: {digest}
+    bin: kubectl-sandbox
+"""
+    with open(out, "w") as f:
+        f.write(text)
+
+
+def sums(d: str) -> None:
+    lines = []
+    for base, _, files in os.walk(d):
+        for name in files:
+            p = os.path.join(base, name)
+            rel = os.path.relpath(p, d)
+            if rel == "SHA256SUMS":
+                continue
+            lines.append(f"{sha256(open(p, 'rb').read())}  {rel}")
+    with open(os.path.join(d, "SHA256SUMS"), "w") as f:
+        f.write("\n".join(sorted(lines, key=lambda l: l.split("  ", 1)[1])) + "\n")
+
+
+if __name__ == "__main__":
+    cmds = {"oci": (oci, 3), "sbom": (sbom, 4), "krew": (krew, 4), "sums": (sums, 1)}
+    if len(sys.argv) < 2 or sys.argv[1] not in cmds or len(sys.argv) - 2 != cmds[sys.argv[1]][1]:
+        sys.exit(__doc__)
+    cmds[sys.argv[1]][0](*sys.argv[2:])
