@@ -403,7 +403,7 @@ async fn apply(
     }
 
     let held_output = ctx.memo.output_due(&uid, OUTPUT_REFRESH);
-    let next = status::compute(&Facts {
+    let facts = Facts {
         generation: obj.metadata.generation,
         spec,
         prev: &prev,
@@ -414,7 +414,16 @@ async fn apply(
         now: now.clone(),
         agent_grace: settings.agent_grace,
         output_due: held_output.is_none(),
-    });
+    };
+    let next = status::compute(&facts);
+    // Output and usage held back for now (written at most every OUTPUT_REFRESH): look again when
+    // they are due, or a change that no event follows (a sleeping process's first usage sample)
+    // would never reach the status.
+    let held_back = held_output.is_some()
+        && status::compute(&Facts {
+            output_due: true,
+            ..facts
+        }) != next;
     if next != prev {
         write_status(ctx, api, &name, &next).await?;
         if next.output != prev.output {
@@ -433,11 +442,8 @@ async fn apply(
 
     // When to look again without being told: the watches (object, pod, agent) drive everything
     // else; these cover timers.
-    let output_pending = matches!(&agent, AgentView::Record(r)
-        if next.output.as_ref().map(|o| (o.stdout_bytes, o.stderr_bytes))
-            != Some((r.output.stdout_bytes.min(i64::MAX as u64) as i64, r.output.stderr_bytes.min(i64::MAX as u64) as i64)));
     let action = match (&agent, held_output) {
-        (_, Some(left)) if output_pending => Action::requeue(left + Duration::from_millis(50)),
+        (_, Some(left)) if held_back => Action::requeue(left + Duration::from_millis(50)),
         (AgentView::Retrying { reason, .. }, _) if reason == "NodeAtCapacity" => {
             Action::requeue(Duration::from_secs(10))
         }
