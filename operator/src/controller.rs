@@ -42,12 +42,14 @@ const CLEANUP_RECHECK: Duration = Duration::from_secs(2);
 /// The longest any reconcile waits before it looks again by itself.
 pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
 
-/// When to look again for a TTL `left` away. Clamped: kube-runtime's delay queue panics beyond
-/// ~795 days (kube-rs issue 1772; clamped there too since 5.0, but not ours to rely on).
 /// A Pending object is looked at again at least this often (the pod and agent watches cover the
 /// rest).
 const PENDING_RECHECK: Duration = Duration::from_secs(30);
+/// How long one status write may take before the reconcile gives up and retries with backoff.
+const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// When to look again for a TTL `left` away. Clamped: kube-runtime's delay queue panics beyond
+/// ~795 days (kube-rs issue 1772; clamped there too since 5.0, but not ours to rely on).
 fn ttl_requeue(left: Duration) -> Action {
     Action::requeue(left.saturating_add(Duration::from_secs(1)).min(MAX_REQUEUE))
 }
@@ -68,6 +70,8 @@ pub enum Error {
     /// operator, and every other object with it, down; retried with backoff like any error.
     #[error("reconcile panicked: {0}")]
     Panicked(String),
+    #[error("status write: no answer from the API server within {0:?}")]
+    StatusWriteTimeout(Duration),
 }
 
 impl Error {
@@ -83,6 +87,7 @@ impl Error {
             },
             Error::Agent(AgentError::Unreachable { .. }) => "agent_unreachable",
             Error::Agent(AgentError::Api { .. }) => "agent",
+            Error::StatusWriteTimeout(_) => "status_write_timeout",
             Error::Cleanup(_) => "cleanup",
             Error::Incomplete(_) => "incomplete_object",
             Error::Panicked(_) => "panic",
@@ -473,12 +478,21 @@ async fn write_status(
         "kind": crd::KIND,
         "status": status,
     });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    // A wedged API server must not hold a reconcile worker: the write is retried with backoff.
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let patch = Patch::Apply(&patch);
+    let write = api.patch_status(name, &params, &patch);
+    match tokio::time::timeout(STATUS_WRITE_TIMEOUT, write).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            ctx.metrics.status_write_failed("kube");
+            return Err(e.into());
+        }
+        Err(_) => {
+            ctx.metrics.status_write_failed("timeout");
+            return Err(Error::StatusWriteTimeout(STATUS_WRITE_TIMEOUT));
+        }
+    }
     ctx.metrics.status_written();
     debug!(phase = ?status.phase, "status written");
     Ok(())

@@ -35,6 +35,7 @@ pub struct Metrics {
     duration: Histogram,
     processes: Family<PhaseLabels, Gauge>,
     status_writes: Counter,
+    status_write_failures: Family<ErrorLabels, Counter>,
     leader: Gauge,
     /// Phase last counted for each object (by UID).
     phases: Mutex<HashMap<String, Phase>>,
@@ -55,6 +56,7 @@ impl Metrics {
         let duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let processes = Family::<PhaseLabels, Gauge>::default();
         let status_writes = Counter::default();
+        let status_write_failures = Family::<ErrorLabels, Counter>::default();
         let leader = Gauge::default();
         registry.register("reconciles", "Reconciliations run", reconciles.clone());
         registry.register(
@@ -78,6 +80,11 @@ impl Metrics {
             status_writes.clone(),
         );
         registry.register(
+            "status_write_failures",
+            "Status patches that failed, by error (timeout: no answer within 10 s)",
+            status_write_failures.clone(),
+        );
+        registry.register(
             "leader",
             "1 while this replica holds the leader lease",
             leader.clone(),
@@ -96,6 +103,7 @@ impl Metrics {
             duration,
             processes,
             status_writes,
+            status_write_failures,
             leader,
             phases: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
@@ -121,6 +129,14 @@ impl Metrics {
 
     pub fn status_written(&self) {
         self.status_writes.inc();
+    }
+
+    pub fn status_write_failed(&self, label: &str) {
+        self.status_write_failures
+            .get_or_create(&ErrorLabels {
+                error: label.into(),
+            })
+            .inc();
     }
 
     pub fn set_leader(&self, leader: bool) {

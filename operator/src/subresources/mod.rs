@@ -38,6 +38,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::agent::discovery::agent_ip_for_node;
 use crate::agent::{url_for_ip, AgentClient, AgentError, AGENT_SELECTOR};
 use frontproxy::{RequestHeaderConfig, UserInfo};
 use tls::Peer;
@@ -345,15 +346,8 @@ async fn agent_url(server: &Server, node: &str) -> Result<String> {
         )
         .await
         .map_err(|e| SubresourceError::Internal(format!("listing agent pods: {e}")))?;
-    pods.items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
-            let s = p.status.as_ref()?;
-            (s.phase.as_deref() == Some("Running")).then(|| s.pod_ip.clone())?
-        })
+    agent_ip_for_node(&pods.items, node)
         .map(|ip| url_for_ip(&ip, server.agent_port))
-        .next()
         .ok_or_else(|| SubresourceError::Unavailable(format!("no running agent on node {node}")))
 }
 

@@ -1,0 +1,223 @@
+//! Talking to the node agents: the HTTP client ([`client`]), where each node's agent is
+//! ([`discovery`]), and one `/v1/watch` stream per agent whose changes trigger reconciles
+//! ([`watch`]; no per-object polling).
+pub mod client;
+pub mod discovery;
+mod watch;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::reflector::Store;
+use tokio::sync::mpsc;
+
+pub use client::{AgentClient, AgentError};
+pub use discovery::{url_for_ip, AGENT_SELECTOR};
+use watch::AgentState;
+pub use watch::Cached;
+
+/// Where each node's agent is, each agent's reachability, and the watch caches.
+pub struct Agents {
+    pub client: AgentClient,
+    /// `--agent-url`: one agent for every node (host-run tests, single node).
+    fixed_url: Option<String>,
+    /// Agent pods (operator namespace, [`AGENT_SELECTOR`]); unused with a fixed URL.
+    pods: Option<Store<Pod>>,
+    port: u16,
+    state: Mutex<HashMap<String, AgentState>>,
+    /// Since when a node has had no agent pod.
+    missing: Mutex<HashMap<String, Time>>,
+    /// Exec ids whose record changed.
+    notify: mpsc::UnboundedSender<String>,
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+impl Agents {
+    pub fn new(
+        client: AgentClient,
+        fixed_url: Option<String>,
+        pods: Option<Store<Pod>>,
+        port: u16,
+        notify: mpsc::UnboundedSender<String>,
+    ) -> Arc<Agents> {
+        Arc::new(Agents {
+            client,
+            fixed_url: fixed_url.map(|u| u.trim_end_matches('/').to_string()),
+            pods,
+            port,
+            state: Mutex::new(HashMap::new()),
+            missing: Mutex::new(HashMap::new()),
+            notify,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher;
+    use sandbox_api::wire::Phase;
+    use sandbox_api::wire::{ProcessRecord, WatchEvent};
+    use std::collections::HashSet;
+
+    fn agents(pods: Vec<Pod>) -> (Arc<Agents>, mpsc::UnboundedReceiver<String>) {
+        let mut w: Writer<Pod> = Writer::default();
+        w.apply_watcher_event(&watcher::Event::Init);
+        for p in pods {
+            w.apply_watcher_event(&watcher::Event::InitApply(p));
+        }
+        w.apply_watcher_event(&watcher::Event::InitDone);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let client = AgentClient::new("/nonexistent".into()).unwrap();
+        (Agents::new(client, None, Some(w.as_reader()), 9443, tx), rx)
+    }
+
+    fn agent_pod(name: &str, node: &str, phase: &str, ip: Option<&str>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "sandbox-system"},
+            "spec": {"nodeName": node, "containers": [{"name": "agent"}]},
+            "status": {"phase": phase, "podIP": ip}
+        }))
+        .unwrap()
+    }
+
+    fn upsert(id: &str, revision: u64) -> WatchEvent {
+        WatchEvent::Upsert {
+            record: Box::new(rec(id, revision)),
+        }
+    }
+
+    fn rec(id: &str, revision: u64) -> ProcessRecord {
+        ProcessRecord {
+            phase: Phase::Running,
+            revision,
+            ..ProcessRecord::starting(id, "p", "c", "")
+        }
+    }
+
+    #[tokio::test]
+    async fn agent_pods_are_found_by_node() {
+        let (a, _rx) = agents(vec![
+            agent_pod("a1", "n1", "Running", Some("10.0.0.5")),
+            agent_pod("a2", "n2", "Pending", None),
+            agent_pod("a3", "n3", "Running", Some("fd00::7")),
+        ]);
+        assert_eq!(
+            a.url_for_node("n1").as_deref(),
+            Some("http://10.0.0.5:9443")
+        );
+        assert_eq!(
+            a.url_for_node("n3").as_deref(),
+            Some("http://[fd00::7]:9443")
+        );
+        assert_eq!(a.url_for_node("n2"), None);
+        assert_eq!(a.url_for_node("n4"), None);
+        // A node without an agent is remembered since the first look.
+        let since = a.missing_since("n2");
+        assert_eq!(a.missing_since("n2"), since);
+        assert_eq!(
+            a.urls(),
+            HashSet::from([
+                "http://10.0.0.5:9443".to_string(),
+                "http://[fd00::7]:9443".to_string()
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn fixed_url_serves_every_node() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let client = AgentClient::new("/nonexistent".into()).unwrap();
+        let a = Agents::new(client, Some("http://127.0.0.1:1/".into()), None, 9443, tx);
+        assert_eq!(a.url_for_node("any").as_deref(), Some("http://127.0.0.1:1"));
+    }
+
+    #[tokio::test]
+    async fn watch_events_fill_the_cache_and_notify() {
+        let (a, mut rx) = agents(vec![]);
+        let url = "http://a:1";
+        let (mut seen, mut synced) = (HashSet::new(), false);
+        assert_eq!(a.cached(url, "x"), Cached::Unknown);
+        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
+        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
+        // Not synced yet: the cache is not an authority.
+        assert_eq!(a.cached(url, "x"), Cached::Unknown);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        assert!(matches!(a.cached(url, "x"), Cached::Record(r) if r.revision == 1));
+        assert_eq!(a.cached(url, "z"), Cached::Absent);
+        // Unchanged upserts do not notify; changes and deletions do.
+        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
+        a.apply(url, upsert("x", 2), &mut seen, &mut synced);
+        a.apply(
+            url,
+            WatchEvent::Deleted {
+                exec_id: "y".into(),
+            },
+            &mut seen,
+            &mut synced,
+        );
+        let mut notified = Vec::new();
+        while let Ok(id) = rx.try_recv() {
+            notified.push(id);
+        }
+        assert_eq!(notified, ["x", "y", "x", "y"]);
+        assert_eq!(a.cached(url, "y"), Cached::Absent);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        assert!(matches!(a.cached(url, "x"), Cached::Record(_)));
+        // A full resend (after the agent found us lagging) that no longer lists x drops it.
+        a.apply(url, upsert("v", 1), &mut seen, &mut synced);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        assert_eq!(a.cached(url, "x"), Cached::Absent);
+        assert!(matches!(a.cached(url, "v"), Cached::Record(_)));
+        // A direct answer never overrides a newer watched record.
+        a.remember(url, &rec("w", 5));
+        a.remember(url, &rec("w", 3));
+        assert!(matches!(a.cached(url, "w"), Cached::Record(r) if r.revision == 5));
+    }
+
+    #[tokio::test]
+    async fn released_records_are_not_kept() {
+        let (a, mut rx) = agents(vec![]);
+        let url = "http://a:1";
+        let (mut seen, mut synced) = (HashSet::new(), false);
+        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
+        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        while rx.try_recv().is_ok() {}
+        a.release("x");
+        assert_eq!(a.cached(url, "x"), Cached::Absent);
+        assert!(matches!(a.cached(url, "y"), Cached::Record(_)));
+        // Sent again (a resync after a reconnect) or answered directly: still not kept, and no
+        // reconcile is triggered for it.
+        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
+        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        a.remember(url, &rec("x", 2));
+        assert_eq!(a.cached(url, "x"), Cached::Absent);
+        assert!(rx.try_recv().is_err());
+        // Forgotten by the agent: the id is free again.
+        a.apply(
+            url,
+            WatchEvent::Deleted {
+                exec_id: "x".into(),
+            },
+            &mut seen,
+            &mut synced,
+        );
+        a.apply(url, upsert("x", 3), &mut seen, &mut synced);
+        assert!(matches!(a.cached(url, "x"), Cached::Record(r) if r.revision == 3));
+        // A resync that no longer lists a released id drops it from the released set too.
+        a.release("y");
+        a.apply(url, upsert("x", 3), &mut seen, &mut synced);
+        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
+        assert!(matches!(a.cached(url, "y"), Cached::Record(_)));
+    }
+}

@@ -1,0 +1,245 @@
+//! One `/v1/watch` stream per agent, kept forever, whose events fill a cache of records and
+//! trigger the reconcile of the objects whose record changed; reachability per agent.
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use sandbox_api::wire::{ProcessRecord, WatchEvent};
+use tracing::{debug, info, warn};
+
+use super::client::{error_chain, AgentError};
+use super::{now, Agents};
+
+/// What the watch cache says about one process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cached {
+    Record(Box<ProcessRecord>),
+    /// The agent's watch is synced and has no such process.
+    Absent,
+    /// The watch is not synced: ask the agent.
+    Unknown,
+}
+
+#[derive(Default)]
+pub(super) struct AgentState {
+    records: HashMap<String, ProcessRecord>,
+    /// Processes whose final status is written ([`Agents::release`]): their records are not
+    /// kept, also when the watch sends them again.
+    released: HashSet<String>,
+    synced: bool,
+    unreachable_since: Option<Time>,
+    last_error: String,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Agents {
+    pub fn cached(&self, url: &str, id: &str) -> Cached {
+        let state = self.state.lock().unwrap();
+        match state.get(url) {
+            Some(s) if s.synced => match s.records.get(id) {
+                Some(r) => Cached::Record(Box::new(r.clone())),
+                None => Cached::Absent,
+            },
+            _ => Cached::Unknown,
+        }
+    }
+
+    /// Remembers a record from a direct call, unless the watch already has a newer one.
+    pub fn remember(&self, url: &str, rec: &ProcessRecord) {
+        let mut state = self.state.lock().unwrap();
+        let s = state.entry(url.to_string()).or_default();
+        if s.released.contains(&rec.exec_id) {
+            return;
+        }
+        match s.records.get(&rec.exec_id) {
+            Some(old) if old.revision > rec.revision => {}
+            _ => {
+                s.records.insert(rec.exec_id.clone(), rec.clone());
+            }
+        }
+    }
+
+    /// Drops the record of a process whose final status has been written: a final status is
+    /// never recomputed, so nothing reads the record again (it holds up to 2 KiB of output).
+    /// Until the agent forgets the process, the watch's copies of it are not kept either.
+    pub fn release(&self, id: &str) {
+        let mut state = self.state.lock().unwrap();
+        for s in state.values_mut() {
+            if s.records.remove(id).is_some() {
+                s.released.insert(id.to_string());
+            }
+        }
+    }
+
+    pub fn mark_reachable(&self, url: &str) {
+        let mut state = self.state.lock().unwrap();
+        let s = state.entry(url.to_string()).or_default();
+        s.unreachable_since = None;
+    }
+
+    pub fn unreachable_since(&self, url: &str) -> Option<Time> {
+        let state = self.state.lock().unwrap();
+        state.get(url).and_then(|s| s.unreachable_since.clone())
+    }
+
+    /// Records a failed call; returns since when the agent has been unreachable.
+    pub fn mark_unreachable(&self, url: &str, message: &str) -> Time {
+        let mut state = self.state.lock().unwrap();
+        let s = state.entry(url.to_string()).or_default();
+        s.last_error = message.to_string();
+        s.unreachable_since.get_or_insert_with(now).clone()
+    }
+
+    /// Keeps one watch stream per agent, forever.
+    pub async fn run_watches(self: Arc<Self>) {
+        loop {
+            let desired = self.urls();
+            {
+                let mut state = self.state.lock().unwrap();
+                state.retain(|url, s| {
+                    let keep = desired.contains(url);
+                    if !keep {
+                        if let Some(t) = s.task.take() {
+                            t.abort();
+                        }
+                        info!(agent = %url, "agent gone; watch stopped");
+                    }
+                    keep
+                });
+                for url in &desired {
+                    let s = state.entry(url.clone()).or_default();
+                    if s.task.is_none() {
+                        info!(agent = %url, "watching agent");
+                        s.task = Some(tokio::spawn(self.clone().watch_loop(url.clone())));
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+
+    async fn watch_loop(self: Arc<Self>, url: String) {
+        let mut backoff = Duration::from_millis(250);
+        loop {
+            match self.watch_once(&url).await {
+                Ok(()) => {
+                    debug!(agent = %url, "watch stream ended");
+                    backoff = Duration::from_millis(250);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    let was_down = self.unreachable_since(&url).is_some();
+                    let since = self.mark_unreachable(&url, &msg);
+                    // Once per outage at warn level; the retries at debug.
+                    if was_down {
+                        debug!(agent = %url, error = %msg, "agent watch failed again");
+                    } else {
+                        warn!(agent = %url, error = %msg, since = %since.0, "agent watch failed");
+                    }
+                }
+            }
+            let ids: Vec<String> = {
+                let mut state = self.state.lock().unwrap();
+                let s = state.entry(url.clone()).or_default();
+                s.synced = false;
+                s.records.keys().cloned().collect()
+            };
+            // Let the processes of this agent look again (their state is now unknown).
+            for id in ids {
+                let _ = self.notify.send(id);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    async fn watch_once(&self, url: &str) -> Result<(), AgentError> {
+        let resp = self.client.watch(url).await?;
+        let mut body = resp.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        // Records seen since (re)connecting, to drop the ones forgotten meanwhile at `synced`.
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut synced = false;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| AgentError::Unreachable {
+                url: url.into(),
+                message: error_chain(&e),
+            })?;
+            buf.extend_from_slice(&chunk);
+            while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                let ev: WatchEvent = match serde_json::from_slice(&line) {
+                    Ok(ev) => ev,
+                    Err(e) => {
+                        warn!(agent = %url, error = %e, "undecodable watch event");
+                        continue;
+                    }
+                };
+                self.apply(url, ev, &mut seen, &mut synced);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn apply(
+        &self,
+        url: &str,
+        ev: WatchEvent,
+        seen: &mut HashSet<String>,
+        synced: &mut bool,
+    ) {
+        let mut changed = Vec::new();
+        {
+            let mut state = self.state.lock().unwrap();
+            let s = state.entry(url.to_string()).or_default();
+            match ev {
+                WatchEvent::Upsert { record } => {
+                    let id = record.exec_id.clone();
+                    seen.insert(id.clone());
+                    if s.released.contains(&id) {
+                        // Final and reported: nothing to keep or to look at.
+                    } else if s.records.get(&id) != Some(&record) {
+                        s.records.insert(id.clone(), *record);
+                        changed.push(id);
+                    }
+                }
+                WatchEvent::Deleted { exec_id } => {
+                    seen.remove(&exec_id);
+                    s.released.remove(&exec_id);
+                    if s.records.remove(&exec_id).is_some() {
+                        changed.push(exec_id);
+                    }
+                }
+                WatchEvent::Synced => {
+                    // A resync after a lag also ends with `synced`: drop what was not resent
+                    // since the previous `synced`. (A record upserted after that `synced` and
+                    // forgotten during the lag stays cached; only our own DELETE forgets, after
+                    // which nothing looks at that record again.)
+                    let gone: Vec<String> = s
+                        .records
+                        .keys()
+                        .filter(|k| !seen.contains(*k))
+                        .cloned()
+                        .collect();
+                    for id in gone {
+                        s.records.remove(&id);
+                        changed.push(id);
+                    }
+                    s.released.retain(|id| seen.contains(id));
+                    seen.clear();
+                    if !*synced {
+                        info!(agent = %url, processes = s.records.len(), "agent watch synced");
+                    }
+                    *synced = true;
+                    s.synced = true;
+                    s.unreachable_since = None;
+                }
+            }
+        }
+        for id in changed {
+            let _ = self.notify.send(id);
+        }
+    }
+}
