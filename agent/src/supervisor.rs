@@ -350,6 +350,18 @@ impl Supervisor {
         Ok(Some(name))
     }
 
+    /// The environment may hold Secret values (`env[].valueFrom`): once runc has read it, nothing
+    /// on disk keeps it (the process spec goes, the launch spec keeps the names only).
+    fn forget_env(&mut self) {
+        let _ = std::fs::remove_file(self.layout.process_spec(&self.id));
+        for e in &mut self.spec.request.env {
+            e.value.clear();
+        }
+        if let Err(e) = record::write_json(&self.layout.launch(&self.id), &self.spec, false) {
+            eprintln!("supervisor: rewriting the launch spec without env values: {e}");
+        }
+    }
+
     fn launch(&mut self) -> Result<bool> {
         let (out_r, out_w) = pipe2(OFlag::O_CLOEXEC)?;
         let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC)?;
@@ -421,6 +433,7 @@ impl Supervisor {
         // runc returns once the process runs (or failed to); the process is then reparented to
         // us as the subreaper. Output produced meanwhile waits in the (1 MiB) pipes.
         let status = wait::wait_for(child.id() as i32)?;
+        self.forget_env();
         let ok = status == ChildEnd::Exited(0);
         let host_pid = std::fs::read_to_string(&pid_file)
             .ok()

@@ -308,6 +308,39 @@ async fn stop_is_graceful_then_forced_and_idempotent() {
     );
 }
 
+/// Env values (Secrets, with `valueFrom`) reach the process and nothing in the state dir keeps
+/// them once it runs.
+#[tokio::test]
+async fn env_values_are_not_kept_at_rest() {
+    let f = fx();
+    let secret = "s3cr3t-value-4a1c9e";
+    let mut q = req(&f.ctr, &["sh", "-c", "printf %s \"$TOKEN\" | sha256sum"]);
+    q.env = vec![EnvVar {
+        name: "TOKEN".into(),
+        value: secret.into(),
+    }];
+    let r = f.agent.start(&q).await.unwrap();
+    let r = f.agent.wait_final(&r.exec_id, T).await;
+    let out = text(&f.agent.logs(&r.exec_id, "").await, None);
+    use sha2::Digest;
+    let want: String = sha2::Sha256::digest(secret.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(
+        out.starts_with(&want),
+        "the process saw another value: {out}"
+    );
+    for p in walk(&f.agent.state) {
+        let bytes = std::fs::read(&p).unwrap_or_default();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} keeps the env value",
+            p.display()
+        );
+    }
+}
+
 #[tokio::test]
 async fn env_overlay_and_working_dir() {
     let f = fx();

@@ -217,8 +217,12 @@ fn default_grace() -> i64 {
     5
 }
 
-/// One environment variable.
+/// One environment variable: a literal `value`, or `valueFrom` a Secret or ConfigMap.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.valueFrom) || self.value == ''", "message": "env value and valueFrom are exclusive"}
+]))]
 pub struct EnvVar {
     /// Variable name: 1–256 characters, no `=` and no NUL; unique within `env`.
     #[schemars(length(min = 1, max = 256))]
@@ -234,6 +238,53 @@ pub struct EnvVar {
         {"rule": "!self.contains('\\u0000')", "message": "env value must not contain a NUL character"}
     ]))]
     pub value: String,
+    /// The value from a key of a Secret or a ConfigMap in the object's namespace, read when the
+    /// process starts (never shown in status, Events or logs). Creating the object needs `get`
+    /// on each referenced Secret and ConfigMap. Missing (and not `optional`): the process stays
+    /// `Pending` until it appears or `startDeadlineSeconds` passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<EnvVarSource>,
+}
+
+/// Where an env value comes from: exactly one of `secretKeyRef`, `configMapKeyRef`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.secretKeyRef) != has(self.configMapKeyRef)", "message": "valueFrom must set exactly one of secretKeyRef, configMapKeyRef"}
+]))]
+pub struct EnvVarSource {
+    /// A key of a Secret in the object's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<KeySelector>,
+    /// A key of a ConfigMap in the object's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<KeySelector>,
+}
+
+/// One key of a Secret or ConfigMap, as in a Pod's `env[].valueFrom`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct KeySelector {
+    /// The Secret's or ConfigMap's name (a DNS subdomain).
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key in its data.
+    #[schemars(length(min = 1, max = 253))]
+    #[schemars(regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
+    /// When the object or the key does not exist, leave the variable out instead of waiting.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+impl EnvVarSource {
+    /// (kind, reference) of the one source set.
+    pub fn reference(&self) -> Option<(&'static str, &KeySelector)> {
+        match (&self.secret_key_ref, &self.config_map_key_ref) {
+            (Some(r), None) => Some(("Secret", r)),
+            (None, Some(r)) => Some(("ConfigMap", r)),
+            _ => None,
+        }
+    }
 }
 
 /// Readiness: exactly one of `tcpSocket`, `httpGet`, `logMatch`.
@@ -689,6 +740,26 @@ impl SandboxProcessSpec {
             if !seen.insert(e.name.as_str()) {
                 return Err(invalid(format!("env[{i}].name"), "duplicate name"));
             }
+            if let Some(from) = &e.value_from {
+                if !e.value.is_empty() {
+                    return Err(invalid(
+                        format!("env[{i}].valueFrom"),
+                        "value and valueFrom are exclusive",
+                    ));
+                }
+                let Some((_, r)) = from.reference() else {
+                    return Err(invalid(
+                        format!("env[{i}].valueFrom"),
+                        "must set exactly one of secretKeyRef, configMapKeyRef",
+                    ));
+                };
+                if r.name.is_empty() || r.key.is_empty() {
+                    return Err(invalid(
+                        format!("env[{i}].valueFrom"),
+                        "name and key must not be empty",
+                    ));
+                }
+            }
         }
         if self.command.iter().any(|a| a.contains('\0')) {
             return Err(invalid("command", "must not contain NUL"));
@@ -809,12 +880,15 @@ fn check_port(field: &str, port: i32) -> Result<(), Invalid> {
 }
 
 /// The agent's start request for this spec. The caller supplies what the spec leaves open:
-/// the resolved container and the pod UID; `exec_id` is the object's UID.
+/// the resolved container and the pod UID; `exec_id` is the object's UID. `from_sources` holds
+/// the values of the `valueFrom` variables by name (read from Secrets and ConfigMaps); one not
+/// in it is left out (an optional reference that was not found).
 pub fn start_request(
     spec: &SandboxProcessSpec,
     exec_id: &str,
     pod_uid: &str,
     container: &str,
+    from_sources: &std::collections::BTreeMap<String, String>,
 ) -> crate::wire::StartRequest {
     use crate::wire;
     wire::StartRequest {
@@ -826,9 +900,15 @@ pub fn start_request(
         env: spec
             .env
             .iter()
-            .map(|e| wire::EnvVar {
-                name: e.name.clone(),
-                value: e.value.clone(),
+            .filter_map(|e| {
+                let value = match &e.value_from {
+                    None => e.value.clone(),
+                    Some(_) => from_sources.get(&e.name)?.clone(),
+                };
+                Some(wire::EnvVar {
+                    name: e.name.clone(),
+                    value,
+                })
             })
             .collect(),
         timeout_seconds: spec.timeout_seconds.map(|t| t.max(1) as u64),

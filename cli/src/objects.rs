@@ -41,6 +41,7 @@ pub fn parse_env(kv: &str) -> Result<EnvVar, CliError> {
         Some((name, value)) if !name.is_empty() => Ok(EnvVar {
             name: name.into(),
             value: value.into(),
+            value_from: None,
         }),
         _ => Err(CliError::Usage(format!("--env: {kv:?} is not NAME=VALUE"))),
     }

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::agent::{AgentClient, AgentError, Agents, Cached, AGENT_SELECTOR};
+use crate::envfrom;
 use crate::memo::{CachedCopy, Memo};
 use crate::metrics::Metrics;
 use crate::pod;
@@ -365,43 +366,54 @@ async fn apply(
                 let status::ContainerFacts::Found { name: cname, .. } = &p.container else {
                     unreachable!("can_start checked the container")
                 };
-                let req = crd::start_request(spec, &uid, &p.uid, cname);
-                info!(node = %node, container = %cname, "starting the process");
-                match ctx.agents.client.start(&url, &req).await {
-                    Ok(rec) => {
-                        ctx.agents.mark_reachable(&url);
-                        ctx.agents.remember(&url, &rec);
-                        AgentView::Record(Box::new(rec))
-                    }
-                    // Interrupted is not a verdict on the process: try again.
-                    Err(AgentError::Api { error, .. })
-                        if error.code != ErrorCode::OperationInterrupted =>
-                    {
-                        ctx.agents.mark_reachable(&url);
-                        // The pod says the container runs, the runtime may not agree yet (or
-                        // it is restarting): ask again for a while before calling it final.
-                        let transient = matches!(
-                            error.code,
-                            ErrorCode::ContainerNotFound | ErrorCode::ContainerUnavailable
-                        );
-                        let since = ctx.memo.rejected_since(&uid);
-                        if error.code == ErrorCode::TooManyRequests {
-                            // The node is at its process cap: wait for room (the start deadline
-                            // bounds the wait).
-                            AgentView::Retrying {
-                                reason: "NodeAtCapacity".into(),
-                                message: error.message,
+                match envfrom::resolve(&ctx.client, &ns, spec).await {
+                    Err(u) => AgentView::Retrying {
+                        reason: u.reason.into(),
+                        message: u.message,
+                    },
+                    Ok(from_sources) => {
+                        let req = crd::start_request(spec, &uid, &p.uid, cname, &from_sources);
+                        info!(node = %node, container = %cname, "starting the process");
+                        match ctx.agents.client.start(&url, &req).await {
+                            Ok(rec) => {
+                                ctx.agents.mark_reachable(&url);
+                                ctx.agents.remember(&url, &rec);
+                                AgentView::Record(Box::new(rec))
                             }
-                        } else if transient && since.elapsed() < settings.agent_grace {
-                            AgentView::Retrying {
-                                reason: "ContainerNotReady".into(),
-                                message: format!("{}: {}; retrying", error.code, error.message),
+                            // Interrupted is not a verdict on the process: try again.
+                            Err(AgentError::Api { error, .. })
+                                if error.code != ErrorCode::OperationInterrupted =>
+                            {
+                                ctx.agents.mark_reachable(&url);
+                                // The pod says the container runs, the runtime may not agree yet (or
+                                // it is restarting): ask again for a while before calling it final.
+                                let transient = matches!(
+                                    error.code,
+                                    ErrorCode::ContainerNotFound | ErrorCode::ContainerUnavailable
+                                );
+                                let since = ctx.memo.rejected_since(&uid);
+                                if error.code == ErrorCode::TooManyRequests {
+                                    // The node is at its process cap: wait for room (the start deadline
+                                    // bounds the wait).
+                                    AgentView::Retrying {
+                                        reason: "NodeAtCapacity".into(),
+                                        message: error.message,
+                                    }
+                                } else if transient && since.elapsed() < settings.agent_grace {
+                                    AgentView::Retrying {
+                                        reason: "ContainerNotReady".into(),
+                                        message: format!(
+                                            "{}: {}; retrying",
+                                            error.code, error.message
+                                        ),
+                                    }
+                                } else {
+                                    AgentView::Rejected(error)
+                                }
                             }
-                        } else {
-                            AgentView::Rejected(error)
+                            Err(e) => unreachable_view(ctx, &url, &e),
                         }
                     }
-                    Err(e) => unreachable_view(ctx, &url, &e),
                 }
             }
         };
@@ -451,6 +463,10 @@ async fn apply(
         (_, Some(left)) if held_back => Action::requeue(left + Duration::from_millis(50)),
         (AgentView::Retrying { reason, .. }, _) if reason == "NodeAtCapacity" => {
             Action::requeue(Duration::from_secs(10))
+        }
+        // Waiting for a Secret or ConfigMap (env valueFrom): each look is a GET.
+        (AgentView::Retrying { reason, .. }, _) if envfrom::REASONS.contains(&reason.as_str()) => {
+            Action::requeue(Duration::from_secs(5))
         }
         (AgentView::Retrying { .. }, _) => Action::requeue(Duration::from_secs(2)),
         (AgentView::Unreachable { .. }, _) => Action::requeue(Duration::from_secs(5)),

@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod controller;
 pub mod crdgen;
+pub mod envfrom;
 pub mod lease;
 pub mod memo;
 pub mod metrics;

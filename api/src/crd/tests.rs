@@ -236,7 +236,9 @@ fn pure_validation_names_the_field() {
         "podName: web\ncommand: [x]\nresources: {limits: {cpu: 200m, memory: 32Mi, pids: 10}}\n",
     );
     assert!(limits.validate().is_ok());
-    let req = start_request(&limits, "u", "p", "c").resources.unwrap();
+    let req = start_request(&limits, "u", "p", "c", &Default::default())
+        .resources
+        .unwrap();
     assert_eq!(
         (req.cpu_millis, req.memory_bytes, req.pids),
         (Some(200), Some(32 << 20), Some(10))
@@ -244,7 +246,9 @@ fn pure_validation_names_the_field() {
     // An integer in YAML is a quantity too.
     let whole =
         spec("podName: web\ncommand: [x]\nresources: {limits: {cpu: 2, memory: 67108864}}\n");
-    let req = start_request(&whole, "u", "p", "c").resources.unwrap();
+    let req = start_request(&whole, "u", "p", "c", &Default::default())
+        .resources
+        .unwrap();
     assert_eq!(
         (req.cpu_millis, req.memory_bytes),
         (Some(2000), Some(64 << 20))
@@ -271,6 +275,7 @@ fn only_stop_and_ttl_are_mutable() {
                 s.env.push(EnvVar {
                     name: "A".into(),
                     value: "".into(),
+                    value_from: None,
                 })
             }),
         ),
@@ -321,6 +326,14 @@ fn cel_rejects_bad_specs_with_clear_messages() {
         (
             "podName: web\ncommand: [x]\nenv: [{name: 'A=B', value: c}]\n",
             "env name must not contain '='",
+        ),
+        (
+            "podName: web\ncommand: [x]\nenv: [{name: A, value: c, valueFrom: {secretKeyRef: {name: s, key: k}}}]\n",
+            "env value and valueFrom are exclusive",
+        ),
+        (
+            "podName: web\ncommand: [x]\nenv: [{name: A, valueFrom: {secretKeyRef: {name: s, key: k}, configMapKeyRef: {name: c, key: k}}}]\n",
+            "valueFrom must set exactly one of secretKeyRef, configMapKeyRef",
         ),
         (
             "podName: web\ncommand: [x]\nenv: [{name: A, value: \"x\\0y\"}]\n",
@@ -390,7 +403,7 @@ stopSignal: 2
 terminationGracePeriodSeconds: 3
 "#,
     );
-    let r = start_request(&s, "uid-1", "pod-1", "app");
+    let r = start_request(&s, "uid-1", "pod-1", "app", &Default::default());
     assert_eq!(r.exec_id, "uid-1");
     assert_eq!(r.pod_uid, "pod-1");
     assert_eq!(r.container, "app");
@@ -475,7 +488,7 @@ fn extreme_numbers_are_refused_by_name_or_reach_the_agent_intact() {
                     "{yaml}: {e}"
                 ),
                 Ok(()) => {
-                    let q = start_request(&s, "id", "pod", "c");
+                    let q = start_request(&s, "id", "pod", "c", &Default::default());
                     let max = MAX_SECONDS as u64;
                     assert!(
                         q.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
