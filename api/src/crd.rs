@@ -46,7 +46,7 @@ pub use crate::wire::MAX_SECONDS;
     status = "SandboxProcessStatus",
     derive = "PartialEq",
     doc = "A process run inside a pod's container by the sandbox node agent.",
-    printcolumn(name = "Pod", type_ = "string", json_path = ".spec.podName"),
+    printcolumn(name = "Pod", type_ = "string", json_path = ".status.podName"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Ready",
@@ -63,7 +63,9 @@ pub use crate::wire::MAX_SECONDS;
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "self.podName == oldSelf.podName", "message": "podName is immutable", "fieldPath": ".podName"},
+    {"rule": "has(self.podName) != has(self.podSelector)", "message": "exactly one of podName, podSelector must be set"},
+    {"rule": "has(self.podName) == has(oldSelf.podName) && (!has(self.podName) || self.podName == oldSelf.podName)", "message": "podName is immutable", "fieldPath": ".podName"},
+    {"rule": "has(self.podSelector) == has(oldSelf.podSelector) && (!has(self.podSelector) || self.podSelector == oldSelf.podSelector)", "message": "podSelector is immutable", "fieldPath": ".podSelector"},
     {"rule": "has(self.container) == has(oldSelf.container) && (!has(self.container) || self.container == oldSelf.container)", "message": "container is immutable", "fieldPath": ".container"},
     {"rule": "self.command == oldSelf.command", "message": "command is immutable", "fieldPath": ".command"},
     {"rule": "has(self.workingDir) == has(oldSelf.workingDir) && (!has(self.workingDir) || self.workingDir == oldSelf.workingDir)", "message": "workingDir is immutable", "fieldPath": ".workingDir"},
@@ -76,9 +78,19 @@ pub use crate::wire::MAX_SECONDS;
     {"rule": "has(self.resources) == has(oldSelf.resources) && (!has(self.resources) || self.resources == oldSelf.resources)", "message": "resources is immutable", "fieldPath": ".resources"}
 ]))]
 pub struct SandboxProcessSpec {
-    /// Target pod, in the same namespace.
+    /// Target pod, in the same namespace. Exactly one of `podName`, `podSelector`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(min = 1, max = 253))]
     pub pod_name: String,
+
+    /// Target pod by labels, in the same namespace, instead of `podName`: the operator picks one
+    /// whose target container is running and ready — the oldest (creation time, then name) — and
+    /// records it in `status.podName` before the start; from then on it is as if `podName` named
+    /// it (replaced → `StaleProcessHandle`, never run again elsewhere). None matches → `Pending`
+    /// `PodNotFound` until one does. Creating the object needs `create pods/exec` on every pod of
+    /// the namespace (the pod is chosen later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<PodSelector>,
 
     /// Container of the pod. Default: the pod's `kubectl.kubernetes.io/default-container`
     /// annotation, else its first container.
@@ -215,6 +227,65 @@ fn default_stop_signal() -> i32 {
 
 fn default_grace() -> i64 {
     5
+}
+
+/// A label selector (as `metav1.LabelSelector`): every `matchLabels` pair and every
+/// `matchExpressions` requirement must hold; an empty selector matches every pod.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSelector {
+    /// Labels the pod must have, with these values.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub match_labels: std::collections::BTreeMap<String, String>,
+    /// Requirements on the pod's labels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub match_expressions: Vec<SelectorRequirement>,
+}
+
+/// One requirement of a [`PodSelector`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)", "message": "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist"}
+]))]
+pub struct SelectorRequirement {
+    /// The label key.
+    #[schemars(length(min = 1, max = 317))]
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: SelectorOperator,
+    /// The values for `In` and `NotIn`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 63)))]
+    pub values: Vec<String>,
+}
+
+/// The operator of a [`SelectorRequirement`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl PodSelector {
+    /// Whether a pod with these labels is selected.
+    pub fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let v = labels.get(&r.key);
+                match r.operator {
+                    SelectorOperator::In => v.is_some_and(|v| r.values.contains(v)),
+                    SelectorOperator::NotIn => v.is_none_or(|v| !r.values.contains(v)),
+                    SelectorOperator::Exists => v.is_some(),
+                    SelectorOperator::DoesNotExist => v.is_none(),
+                }
+            })
+    }
 }
 
 /// One environment variable: a literal `value`, or `valueFrom` a Secret or ConfigMap.
@@ -398,6 +469,10 @@ pub struct SandboxProcessStatus {
     /// `Error` (see `error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
+    /// The target pod: `spec.podName`, or the pod `spec.podSelector` chose (set before the
+    /// start, then never changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
     /// Node of the pod the process was started in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
@@ -702,8 +777,11 @@ impl SandboxProcessSpec {
     /// enforces the schema; this guards the operator against objects written before a rule
     /// existed and checks what CEL cannot.
     pub fn validate(&self) -> Result<(), Invalid> {
-        if self.pod_name.is_empty() {
-            return Err(invalid("podName", "must not be empty"));
+        if self.pod_name.is_empty() == self.pod_selector.is_none() {
+            return Err(invalid(
+                "podName",
+                "exactly one of podName, podSelector must be set",
+            ));
         }
         if self.container.as_deref() == Some("") {
             return Err(invalid("container", "must not be empty when set"));
@@ -791,8 +869,9 @@ impl SandboxProcessSpec {
     /// The rules only the API server can check, between an object and its previous version:
     /// every field except `stop` and `ttlSecondsAfterFinished` is immutable.
     pub fn validate_update(&self, old: &SandboxProcessSpec) -> Result<(), Invalid> {
-        let immutable: [(&str, bool); 11] = [
+        let immutable: [(&str, bool); 12] = [
             ("podName", self.pod_name == old.pod_name),
+            ("podSelector", self.pod_selector == old.pod_selector),
             ("container", self.container == old.container),
             ("command", self.command == old.command),
             ("workingDir", self.working_dir == old.working_dir),

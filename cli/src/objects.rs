@@ -391,7 +391,9 @@ pub fn table(items: &[SandboxProcess], with_namespace: bool) -> String {
             .map(|c| c.status.clone());
         let mut row = vec![
             o.name_any(),
-            o.spec.pod_name.clone(),
+            s.pod_name
+                .clone()
+                .unwrap_or_else(|| o.spec.pod_name.clone()),
             s.phase.map(|p| p.to_string()).unwrap_or_default(),
             ready.unwrap_or_default(),
             s.exit.map(|e| e.code.to_string()).unwrap_or_default(),

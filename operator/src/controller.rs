@@ -264,12 +264,19 @@ async fn apply(
         debug!("cached copy predates our final status; waiting for the cache");
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
+    // The pod named, or the one the selector chose earlier.
+    let known_pod: Option<String> = if spec.pod_name.is_empty() {
+        prev.pod_name.clone()
+    } else {
+        Some(spec.pod_name.clone())
+    };
     if status::is_final(&prev) {
         ctx.agents.release(&uid);
         let next = status::compute(&Facts {
             generation: obj.metadata.generation,
             spec,
             prev: &prev,
+            pod_name: known_pod.as_deref().unwrap_or_default(),
             pod: None,
             created: obj.metadata.creation_timestamp.as_ref(),
             agent: &AgentView::NotAsked,
@@ -308,15 +315,33 @@ async fn apply(
 
     // The pod cache must have its first list before "no pod" can mean anything.
     let _ = tokio::time::timeout(Duration::from_secs(30), ctx.pods.wait_until_ready()).await;
-    let pod_ref = ObjectRef::<Pod>::new(&spec.pod_name).within(&ns);
     let container = spec.container.as_deref();
-    let mut pod = ctx.pods.get(&pod_ref).map(|p| pod::facts(&p, container));
+    // The target: named, or chosen by the selector once (recorded in status.podName before the
+    // start, which waits for the next reconcile so that the choice is stored first).
+    let (target, chosen_now) = match (&known_pod, &spec.pod_selector) {
+        (Some(n), _) => (n.clone(), false),
+        (None, Some(sel)) => {
+            let pods = ctx.pods.state();
+            match pod::choose(pods.iter().map(|p| p.as_ref()), &ns, sel, container) {
+                Some(n) => {
+                    info!(pod = %n, "podSelector chose a pod");
+                    (n, true)
+                }
+                None => (String::new(), false),
+            }
+        }
+        (None, None) => (String::new(), false),
+    };
+    let mut pod = (!target.is_empty())
+        .then(|| ctx.pods.get(&ObjectRef::<Pod>::new(&target).within(&ns)))
+        .flatten()
+        .map(|p| pod::facts(&p, container));
     let started = status::is_started(&prev);
     if started && pod.as_ref().map(|p| p.uid.as_str()) != prev.pod_uid.as_deref() {
         // Gone or replaced per the cache: confirm with the API server before a final verdict.
         let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
         pod = pods
-            .get_opt(&spec.pod_name)
+            .get_opt(&target)
             .await?
             .map(|p| pod::facts(&p, container));
     }
@@ -345,6 +370,7 @@ async fn apply(
         }
     } else if let Some(p) = pod.as_ref().filter(|p| {
         invalid.is_none()
+            && !chosen_now
             && !spec.stop
             && pod::can_start(p)
             && status::start_refusal(
@@ -424,6 +450,7 @@ async fn apply(
         generation: obj.metadata.generation,
         spec,
         prev: &prev,
+        pod_name: &target,
         pod: pod.as_ref(),
         created: obj.metadata.creation_timestamp.as_ref(),
         agent: &agent,
@@ -559,7 +586,7 @@ async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Option<Actio
     let prev = obj.status.clone().unwrap_or_default();
     let pod = ctx
         .pods
-        .get(&ObjectRef::<Pod>::new(&obj.spec.pod_name).within(&ns));
+        .get(&ObjectRef::<Pod>::new(&target_pod_name(&obj)).within(&ns));
     let pod_uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
     let pod_gone = pod_uid.is_none() || (prev.pod_uid.is_some() && pod_uid != prev.pod_uid);
     let node = prev.node_name.clone().or_else(|| {
@@ -759,7 +786,7 @@ pub async fn run(
             by_pod
                 .state()
                 .into_iter()
-                .filter(|o| o.namespace() == ns && o.spec.pod_name == name)
+                .filter(|o| o.namespace() == ns && watches_pod(o, &p, &name))
                 .map(|o| ObjectRef::from_obj(o.as_ref()))
                 .collect::<Vec<_>>()
         })
@@ -782,6 +809,32 @@ pub async fn run(
     watches.abort();
     sweeper.abort();
     Ok(())
+}
+
+/// The pod an object targets: `spec.podName`, or the one its selector chose ("" before that).
+fn target_pod_name(o: &SandboxProcess) -> String {
+    if o.spec.pod_name.is_empty() {
+        o.status
+            .as_ref()
+            .and_then(|s| s.pod_name.clone())
+            .unwrap_or_default()
+    } else {
+        o.spec.pod_name.clone()
+    }
+}
+
+/// Whether a change of pod `p` (named `name`) concerns the object: its target, or, while its
+/// selector has chosen none, any pod the selector matches.
+fn watches_pod(o: &SandboxProcess, p: &Pod, name: &str) -> bool {
+    let target = target_pod_name(o);
+    if !target.is_empty() {
+        return target == name;
+    }
+    let empty = std::collections::BTreeMap::new();
+    o.spec
+        .pod_selector
+        .as_ref()
+        .is_some_and(|s| s.matches(p.metadata.labels.as_ref().unwrap_or(&empty)))
 }
 
 /// Processes an agent holds for objects that no longer exist (a finalizer removed by hand, the

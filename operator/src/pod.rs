@@ -52,6 +52,43 @@ pub fn facts(pod: &Pod, explicit_container: Option<&str>) -> PodFacts {
     }
 }
 
+/// The pod a `podSelector` picks among `pods` of namespace `ns`: one selected whose target
+/// container runs and is ready and that can take a process now; the oldest (creation time, then
+/// name), so every replica of the operator picks the same one.
+pub fn choose<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    ns: &str,
+    selector: &sandbox_api::crd::PodSelector,
+    container: Option<&str>,
+) -> Option<String> {
+    let empty = std::collections::BTreeMap::new();
+    pods.into_iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+        .filter(|p| selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty)))
+        .filter(|p| {
+            let f = facts(p, container);
+            let ContainerFacts::Found { name, .. } = &f.container else {
+                return false;
+            };
+            can_start(&f)
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|cs| cs.iter().find(|c| &c.name == name))
+                    .is_some_and(|c| c.ready)
+        })
+        .min_by(|a, b| {
+            let key = |p: &Pod| {
+                (
+                    p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    p.metadata.name.clone(),
+                )
+            };
+            key(a).cmp(&key(b))
+        })
+        .and_then(|p| p.metadata.name.clone())
+}
+
 /// Whether a process can be started in the pod now.
 pub fn can_start(p: &PodFacts) -> bool {
     p.phase == PodPhase::Running
@@ -63,6 +100,41 @@ pub fn can_start(p: &PodFacts) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn replica(name: &str, created: &str, app: &str, ready: bool) -> Pod {
+        pod(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": name,
+                         "creationTimestamp": created, "labels": {"app": app}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "main"}]},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": "main", "ready": ready, "restartCount": 0, "image": "i", "imageID": "",
+                 "state": {"running": {}}}]}
+        }))
+    }
+
+    #[test]
+    fn a_selector_picks_the_oldest_ready_match() {
+        let sel: sandbox_api::crd::PodSelector =
+            serde_json::from_value(serde_json::json!({"matchLabels": {"app": "web"}})).unwrap();
+        let pods = [
+            replica("web-c", "2026-01-01T00:00:03Z", "web", true),
+            replica("web-a", "2026-01-01T00:00:01Z", "web", false),
+            replica("db-0", "2026-01-01T00:00:00Z", "db", true),
+            replica("web-b", "2026-01-01T00:00:02Z", "web", true),
+            replica("web-0", "2026-01-01T00:00:02Z", "web", true),
+        ];
+        assert_eq!(choose(&pods, "ns", &sel, None).as_deref(), Some("web-0"));
+        assert_eq!(choose(&pods, "other", &sel, None), None);
+        assert_eq!(
+            choose(&pods[..3], "ns", &sel, None).as_deref(),
+            Some("web-c")
+        );
+        let sel: sandbox_api::crd::PodSelector = serde_json::from_value(serde_json::json!(
+            {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}
+        ))
+        .unwrap();
+        assert_eq!(choose(&pods, "ns", &sel, None).as_deref(), Some("db-0"));
+    }
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).unwrap()

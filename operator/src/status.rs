@@ -89,7 +89,10 @@ pub struct Facts<'a> {
     pub spec: &'a SandboxProcessSpec,
     /// The stored status (default when there is none yet).
     pub prev: &'a SandboxProcessStatus,
-    /// `None`: no pod named `spec.podName` exists.
+    /// The target pod's name: `spec.podName`, or the pod `spec.podSelector` chose ("" while none
+    /// matches).
+    pub pod_name: &'a str,
+    /// `None`: no such pod exists.
     pub pod: Option<&'a PodFacts>,
     /// `metadata.creationTimestamp`: the start deadline counts from it.
     pub created: Option<&'a Time>,
@@ -212,6 +215,9 @@ pub fn compute(f: &Facts<'_>) -> SandboxProcessStatus {
     };
     s.observed_generation = f.generation;
     s.conditions = conditions(&outcome, &f.prev.conditions, f.generation, &now);
+    if !f.pod_name.is_empty() {
+        s.pod_name = Some(f.pod_name.to_string());
+    }
     s
 }
 
@@ -302,13 +308,13 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
         let stale = match f.pod {
             None => Some((
                 EndReason::PodDeleted,
-                format!("pod {} was deleted while the process ran", f.spec.pod_name),
+                format!("pod {} was deleted while the process ran", f.pod_name),
             )),
             Some(p) if p.uid != started_in => Some((
                 EndReason::PodReplaced,
                 format!(
                     "pod {} was replaced (uid {} → {}) while the process ran",
-                    f.spec.pod_name, started_in, p.uid
+                    f.pod_name, started_in, p.uid
                 ),
             )),
             // Being deleted, and the process died with its container: the pod is the reason.
@@ -316,7 +322,7 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
                 EndReason::PodDeleted,
                 format!(
                     "pod {} was deleted; the process ended with its container",
-                    f.spec.pod_name
+                    f.pod_name
                 ),
             )),
             _ => None,
@@ -437,7 +443,7 @@ pub fn start_refusal(
             ErrorCode::StaleProcessHandle,
             format!(
                 "pod {} was replaced before the process started (uid {pinned} when first seen, now {}); a process never starts in a pod created later under the same name",
-                spec.pod_name, p.uid
+                prev.pod_name.as_deref().unwrap_or(&spec.pod_name), p.uid
             ),
         )),
         _ => None,
@@ -516,14 +522,19 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
     let Some(pod) = f.pod else {
         return pending(
             "PodNotFound",
-            format!("pod {} does not exist (yet)", f.spec.pod_name),
+            if f.pod_name.is_empty() {
+                "no pod matches spec.podSelector with its target container running and ready (yet)"
+                    .to_string()
+            } else {
+                format!("pod {} does not exist (yet)", f.pod_name)
+            },
         );
     };
     let (container, running) = match &pod.container {
         ContainerFacts::NotInSpec { name } => {
             return error(
                 ErrorCode::ContainerNotFound,
-                format!("pod {} has no container {name:?}", f.spec.pod_name),
+                format!("pod {} has no container {name:?}", f.pod_name),
             )
         }
         ContainerFacts::InitContainer { name } => {
@@ -531,7 +542,7 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
                 ErrorCode::ContainerNotFound,
                 format!(
                     "container {name:?} of pod {} is an init container; a process runs only in one of the pod's containers",
-                    f.spec.pod_name
+                    f.pod_name
                 ),
             )
         }
@@ -540,24 +551,18 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
     if matches!(pod.phase, PodPhase::Succeeded | PodPhase::Failed) {
         return error(
             ErrorCode::ContainerUnavailable,
-            format!(
-                "pod {} has terminated (phase {:?})",
-                f.spec.pod_name, pod.phase
-            ),
+            format!("pod {} has terminated (phase {:?})", f.pod_name, pod.phase),
         );
     }
     if pod.terminating {
-        return pending(
-            "PodPending",
-            format!("pod {} is terminating", f.spec.pod_name),
-        );
+        return pending("PodPending", format!("pod {} is terminating", f.pod_name));
     }
     if pod.phase != PodPhase::Running || pod.node_name.is_none() || !running {
         return pending(
             "PodPending",
             format!(
                 "waiting for container {container:?} of pod {} to run (pod phase {:?})",
-                f.spec.pod_name, pod.phase
+                f.pod_name, pod.phase
             ),
         );
     }

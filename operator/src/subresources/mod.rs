@@ -331,7 +331,9 @@ async fn locate(server: &Server, namespace: &str, name: &str) -> Result<(String,
     let node = status.node_name.clone().unwrap_or_default();
     let uid = sbp.metadata.uid.clone().unwrap_or_default();
     let url = agent_url(server, &node).await?;
-    Ok((url, uid, sbp.spec.pod_name))
+    // The pod named, or the one the selector chose (recorded before the start).
+    let pod = status.pod_name.clone().unwrap_or(sbp.spec.pod_name);
+    Ok((url, uid, pod))
 }
 
 async fn agent_url(server: &Server, node: &str) -> Result<String> {
