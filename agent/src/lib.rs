@@ -8,6 +8,7 @@
 //! - [`record`]: atomic reads/writes of process records.
 //! - [`ledger`]: the output ledger (framed, segmented, capped) and its cursor reader.
 //! - [`runtime`]: finding a container (CRI or a runc state dir) and building the exec spec.
+//! - [`metrics`]: Prometheus metrics (aggregates only) on their own listener.
 //! - [`cgroup`]: the process tree's own cgroup (membership, kill, limits, usage).
 //! - [`supervisor`]: the per-process supervisor loop (no async runtime; small footprint).
 //! - [`signals`]: signal dispositions reset below the C library, for the runtime's child.
@@ -26,6 +27,7 @@ pub mod exec_id;
 pub mod follow;
 pub mod layout;
 pub mod ledger;
+pub mod metrics;
 pub mod procfs;
 pub mod readiness;
 pub mod record;

@@ -51,6 +51,9 @@ enum Cmd {
 struct Serve {
     #[arg(long, env = "SANDBOX_AGENT_LISTEN", default_value = "0.0.0.0:9443")]
     listen: SocketAddr,
+    /// Prometheus metrics (`/metrics`, aggregates only, no token) on this address; off if unset.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
     /// Host path (also mounted at the same path in the agent pod).
     #[arg(
         long,
@@ -323,11 +326,25 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
     // Streams (watch, log follow) end when shutdown starts, so graceful shutdown can finish;
     // nothing the agent holds needs saving (supervisors own the state).
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let app = router(AppState {
+    let state = AppState {
         registry,
         auth: Arc::new(auth),
+        metrics: Arc::new(sandbox_agent::metrics::Metrics::new()),
         shutdown: stop_rx,
-    });
+    };
+    if let Some(addr) = s.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr} (--metrics-listen)"))?;
+        tracing::info!(listen = %listener.local_addr()?, "serving metrics");
+        let metrics = sandbox_agent::server::metrics_router(state.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, metrics).await {
+                tracing::warn!(error = %e, "metrics listener ended");
+            }
+        });
+    }
+    let app = router(state);
     let listener = tokio::net::TcpListener::bind(s.listen)
         .await
         .with_context(|| format!("binding {}", s.listen))?;

@@ -22,6 +22,7 @@ use crate::auth::Auth;
 use crate::error::AgentError;
 use crate::exec_id::ExecId;
 use crate::ledger::{self, decode_cursor, encode_cursor, Entry, Pos, Stream};
+use crate::metrics::Metrics;
 use crate::registry::Registry;
 
 /// A follower re-reads at least this often even without a wake (a missed inotify event, a
@@ -34,6 +35,7 @@ const READ_CHUNK: u64 = 4 << 20;
 pub struct AppState {
     pub registry: Arc<Registry>,
     pub auth: Arc<Auth>,
+    pub metrics: Arc<Metrics>,
     /// Becomes true when the agent shuts down: open streams end.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -72,6 +74,7 @@ async fn authenticate(State(st): State<AppState>, req: Request, next: Next) -> R
         Ok(()) => next.run(req).await,
         Err(e) => {
             tracing::warn!(error = %e, path = %req.uri().path(), "refused");
+            st.metrics.error(e.metric_label());
             e.into_response()
         }
     }
@@ -81,9 +84,41 @@ async fn start(
     State(st): State<AppState>,
     body: Bytes,
 ) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
-    let req: StartRequest = serde_json::from_slice(&body)
-        .map_err(|e| AgentError::InvalidRequest(format!("request body: {e}")))?;
-    Ok(Json(st.registry.start(req).await?))
+    let t0 = std::time::Instant::now();
+    let r = match serde_json::from_slice::<StartRequest>(&body) {
+        Ok(req) => st.registry.start(req).await,
+        Err(e) => Err(AgentError::InvalidRequest(format!("request body: {e}"))),
+    };
+    if r.is_ok() {
+        st.metrics.started(t0.elapsed());
+    }
+    Ok(Json(counted(&st, r)?))
+}
+
+/// Counts an error answer by its code.
+fn counted<T>(st: &AppState, r: Result<T, AgentError>) -> Result<T, AgentError> {
+    if let Err(e) = &r {
+        st.metrics.error(e.metric_label());
+    }
+    r
+}
+
+/// `/metrics` of the metrics listener (no token: aggregates only).
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(st): State<AppState>| async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    st.metrics.encode(&st.registry.list()),
+                )
+            }),
+        )
+        .with_state(state)
 }
 
 async fn list(State(st): State<AppState>) -> Json<ProcessList> {
@@ -96,14 +131,14 @@ async fn get_one(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
-    Ok(Json(st.registry.get(&id)?))
+    Ok(Json(counted(&st, st.registry.get(&id))?))
 }
 
 async fn forget(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, AgentError> {
-    st.registry.forget(&id).await?;
+    counted(&st, st.registry.forget(&id).await)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -112,9 +147,11 @@ async fn signal(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
-    let req: SignalRequest = serde_json::from_slice(&body)
-        .map_err(|e| AgentError::InvalidRequest(format!("request body: {e}")))?;
-    Ok(Json(st.registry.signal(&id, req).await?))
+    let r = match serde_json::from_slice::<SignalRequest>(&body) {
+        Ok(req) => st.registry.signal(&id, req).await,
+        Err(e) => Err(AgentError::InvalidRequest(format!("request body: {e}"))),
+    };
+    Ok(Json(counted(&st, r)?))
 }
 
 fn ndjson(rx: mpsc::Receiver<Bytes>) -> Response {

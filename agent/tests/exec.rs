@@ -1361,6 +1361,38 @@ async fn supervisors_out_of_pids_is_an_error_not_a_crash() {
     assert_eq!(s, 200);
 }
 
+/// The metrics listener answers without a token, with aggregates that follow the processes.
+#[tokio::test]
+async fn metrics_count_processes_and_errors() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let f = fx_with(0, &["--metrics-listen", &addr]);
+    let r = f
+        .agent
+        .start(&req(&f.ctr, &["sh", "-c", "echo hello"]))
+        .await
+        .unwrap();
+    f.agent.wait_final(&r.exec_id, T).await;
+    let mut bad = req(&f.ctr, &["true"]);
+    bad.working_dir = Some("relative".into());
+    assert!(f.agent.start(&bad).await.is_err());
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for want in [
+        "sandbox_agent_processes{phase=\"Exited\"} 1",
+        "sandbox_agent_output_bytes 6",
+        "sandbox_agent_errors_total{code=\"InvalidProcessCwd\"} 1",
+        "sandbox_agent_start_duration_seconds_count 1",
+    ] {
+        assert!(text.contains(want), "{want} not in:\n{text}");
+    }
+    assert!(!text.contains(&r.exec_id), "no process ids in metrics");
+}
+
 /// A node-wide cap on supervised processes: a start beyond it is refused for now (429), not an
 /// error of the process, and goes through once one has ended.
 #[tokio::test]
