@@ -228,35 +228,37 @@ impl TokenReviewer {
             .json()
             .await
             .map_err(|e| AgentError::OperationInterrupted(format!("TokenReview: {e}")))?;
-        let st = &review["status"];
-        if st["authenticated"].as_bool() != Some(true) {
-            return Err(AgentError::Unauthorized(format!(
-                "token not authenticated for audience {}: {}",
-                self.audience,
-                st["error"].as_str().unwrap_or("")
-            )));
-        }
-        let user = st["user"]["username"].as_str().unwrap_or("");
-        if user != self.allowed_user {
-            return Err(AgentError::Unauthorized(format!(
-                "{user} is not {}",
-                self.allowed_user
-            )));
-        }
-        let auds: Vec<&str> = st["audiences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.as_str())
-            .collect();
-        if !auds.contains(&self.audience.as_str()) {
-            return Err(AgentError::Unauthorized(format!(
-                "token audiences {auds:?} lack {}",
-                self.audience
-            )));
-        }
-        Ok(())
+        judge(&review["status"], &self.audience, &self.allowed_user)
     }
+}
+
+/// The verdict on a TokenReview's `status`: authenticated, for our audience, and the one allowed
+/// user (pure, so every refusal has a table test).
+fn judge(st: &serde_json::Value, audience: &str, allowed_user: &str) -> Result<(), AgentError> {
+    if st["authenticated"].as_bool() != Some(true) {
+        return Err(AgentError::Unauthorized(format!(
+            "token not authenticated for audience {audience}: {}",
+            st["error"].as_str().unwrap_or("")
+        )));
+    }
+    let user = st["user"]["username"].as_str().unwrap_or("");
+    if user != allowed_user {
+        return Err(AgentError::Unauthorized(format!(
+            "{user} is not {allowed_user}"
+        )));
+    }
+    let auds: Vec<&str> = st["audiences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str())
+        .collect();
+    if !auds.contains(&audience) {
+        return Err(AgentError::Unauthorized(format!(
+            "token audiences {auds:?} lack {audience}"
+        )));
+    }
+    Ok(())
 }
 
 impl Auth {
@@ -350,6 +352,41 @@ mod tests {
             })
             .count();
         assert_eq!(more, REVIEW_RATE as usize);
+    }
+
+    /// Every way a TokenReview answer refuses, and the one it admits.
+    #[test]
+    fn review_verdicts() {
+        const OP: &str = "system:serviceaccount:sandbox-system:operator";
+        let status = |auth: bool, user: &str, auds: &[&str]| {
+            json!({"authenticated": auth, "user": {"username": user}, "audiences": auds,
+                   "error": if auth { "" } else { "token expired" }})
+        };
+        let cases = [
+            (status(true, OP, &["sandbox-agent"]), None),
+            (
+                status(false, OP, &["sandbox-agent"]),
+                Some("not authenticated"),
+            ),
+            (
+                status(true, "system:serviceaccount:x:y", &["sandbox-agent"]),
+                Some("is not system:serviceaccount:sandbox-system:operator"),
+            ),
+            (
+                status(true, OP, &["https://kubernetes.default.svc"]),
+                Some("lack sandbox-agent"),
+            ),
+            (json!({}), Some("not authenticated")),
+        ];
+        for (st, want) in cases {
+            match (judge(&st, "sandbox-agent", OP), want) {
+                (Ok(()), None) => {}
+                (Err(AgentError::Unauthorized(why)), Some(w)) => {
+                    assert!(why.contains(w), "{why} lacks {w}")
+                }
+                (got, want) => panic!("{st}: got {got:?}, want {want:?}"),
+            }
+        }
     }
 
     #[test]
