@@ -373,8 +373,9 @@ impl Registry {
         })
         .await
         .map_err(|e| AgentError::Internal(e.to_string()))?
+        // Not a verdict on the runtime (it could not be asked): the operator tries again.
         .map_err(|e| {
-            AgentError::RuntimeUnsupported(format!("checking the runtime {binary}: {e}"))
+            AgentError::OperationInterrupted(format!("checking the runtime {binary}: {e}"))
         })?;
         let (id, verdict, fresh) = judged;
         if fresh {

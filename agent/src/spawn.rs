@@ -256,26 +256,27 @@ pub fn runtime_version(cfg: &SpawnConfig, bin: &str) -> std::io::Result<String> 
     }
     let mut child = cmd.spawn()?;
     drop(mntns);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        if child.try_wait()?.is_some() {
-            break;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("{bin} --version did not answer within 10 s"),
-            ));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
+    // Its output, not its exit status, is the answer: the agent reaps every exited child of its
+    // own (`reap_exited`), so waiting for this one may find it gone (ECHILD). Read until the
+    // pipe closes, on a thread so that a runtime that hangs is given up after 10 s.
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = tx.send(stdout.read_to_string(&mut out).map(|_| out));
+    });
+    let out = rx.recv_timeout(std::time::Duration::from_secs(10));
+    if out.is_err() {
+        let _ = child.kill();
     }
-    let mut out = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        o.read_to_string(&mut out)?;
+    let _ = child.wait(); // ECHILD when already reaped: nothing to collect
+    match out {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{bin} --version did not answer within 10 s"),
+        )),
     }
-    Ok(out)
 }
 
 /// A file's identity: replaced or rewritten means a new one.
