@@ -32,6 +32,19 @@ fn fx() -> Fx {
     fx_with(0, &[])
 }
 
+/// Starts `pwd` in `cwd`, which the agent must refuse as 400 InvalidProcessCwd; the answer.
+async fn refused_cwd(f: &Fx, cwd: &str) -> serde_json::Value {
+    let mut q = req(&f.ctr, &["pwd"]);
+    q.working_dir = Some(cwd.into());
+    let (s, v) = f.agent.start(&q).await.unwrap_err();
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("InvalidProcessCwd")),
+        "{v}"
+    );
+    v
+}
+
 /// An executable shell script with `body`, to stand in for a binary the agent runs.
 fn script(name: &str, body: &str) -> String {
     let path = base_dir("exec").join(uniq(name));
@@ -400,14 +413,7 @@ async fn working_dir_symlinks_resolve_inside_the_container() {
             "{cwd}"
         );
     }
-    let mut q = req(&f.ctr, &["pwd"]);
-    q.working_dir = Some(format!("{d}/leak"));
-    let (s, v) = f.agent.start(&q).await.unwrap_err();
-    assert_eq!(
-        (s, v["code"].as_str()),
-        (400, Some("InvalidProcessCwd")),
-        "{v}"
-    );
+    let v = refused_cwd(&f, &format!("{d}/leak")).await;
     assert!(
         v["message"]
             .as_str()
@@ -446,14 +452,7 @@ async fn a_vulnerable_runc_is_refused() {
 #[tokio::test]
 async fn launch_errors_are_precise() {
     let f = fx();
-    let mut q = req(&f.ctr, &["pwd"]);
-    q.working_dir = Some("/does/not/exist".into());
-    let (s, v) = f.agent.start(&q).await.unwrap_err();
-    assert_eq!(
-        (s, v["code"].as_str()),
-        (400, Some("InvalidProcessCwd")),
-        "{v}"
-    );
+    let v = refused_cwd(&f, "/does/not/exist").await;
     assert!(
         v["message"].as_str().unwrap().contains("/does/not/exist"),
         "{v}"
