@@ -93,7 +93,13 @@ pub fn spawn_net_prober(
             let mut notify = File::from(notify);
             // Only this thread changes namespace; the supervisor's other work stays on the host side.
             if let Err(e) = setns(&ns, CloneFlags::CLONE_NEWNET) {
-                eprintln!("readiness: joining {}: {e}", netns.display());
+                // Not eprintln!: it panics when stderr (the log on a full state dir) fails.
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "readiness: joining {}: {e}",
+                    netns.display()
+                );
                 return;
             }
             loop {

@@ -20,6 +20,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A line on the supervisor's stderr (its log in the state dir). Never panics, unlike
+/// `eprintln!`: with the state dir's filesystem full, a log line must not end supervision.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -97,14 +106,14 @@ pub const END_TREE: &str = "--end-tree";
 pub fn main() -> ! {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 3 && !(args.len() == 4 && args[3] == END_TREE) {
-        eprintln!("usage: sandbox-supervisor <state-dir> <exec-id> [{END_TREE}]");
+        say!("usage: sandbox-supervisor <state-dir> <exec-id> [{END_TREE}]");
         std::process::exit(2);
     }
     let layout = Layout::new(&args[1]);
     let id = match ExecId::parse(&args[2]) {
         Ok(id) => id,
         Err(e) => {
-            eprintln!("{e}");
+            say!("{e}");
             std::process::exit(2);
         }
     };
@@ -112,7 +121,7 @@ pub fn main() -> ! {
         match end_tree(&layout, &id) {
             Ok(()) => std::process::exit(0),
             Err(e) => {
-                eprintln!("supervisor: ending the tree of {}: {e}", id.as_str());
+                say!("supervisor: ending the tree of {}: {e}", id.as_str());
                 std::process::exit(1);
             }
         }
@@ -120,7 +129,7 @@ pub fn main() -> ! {
     match Supervisor::start(layout, id).and_then(|s| s.run()) {
         Ok(()) => std::process::exit(0),
         Err(e) => {
-            eprintln!("supervisor: {e}");
+            say!("supervisor: {e}");
             std::process::exit(1);
         }
     }
@@ -289,7 +298,7 @@ impl Supervisor {
     fn write_failed(&mut self, what: &'static str, e: &std::io::Error) {
         if !self.write_errors.contains(&what) {
             self.write_errors.push(what);
-            eprintln!("supervisor: writing {what}: {e} (supervision continues)");
+            say!("supervisor: writing {what}: {e} (supervision continues)");
         }
     }
 
@@ -357,8 +366,23 @@ impl Supervisor {
         for e in &mut self.spec.request.env {
             e.value.clear();
         }
-        if let Err(e) = record::write_json(&self.layout.launch(&self.id), &self.spec, false) {
-            eprintln!("supervisor: rewriting the launch spec without env values: {e}");
+        let path = self.layout.launch(&self.id);
+        if let Err(e) = record::write_json(&path, &self.spec, false) {
+            // A full filesystem has no room for the new file: overwrite the old one in place
+            // (blanking values only shrinks it, so no new space is needed).
+            let in_place = serde_json::to_vec(&self.spec)
+                .map_err(std::io::Error::other)
+                .and_then(|bytes| {
+                    use std::io::Write as _;
+                    let mut f = std::fs::OpenOptions::new().write(true).open(&path)?;
+                    f.write_all(&bytes)?;
+                    f.set_len(bytes.len() as u64)
+                });
+            if let Err(e2) = in_place {
+                say!(
+                    "supervisor: rewriting the launch spec without env values: {e}; in place: {e2}"
+                );
+            }
         }
     }
 
@@ -947,7 +971,7 @@ impl Supervisor {
             self.rec.processes = Some(0);
             let left = cg.remove();
             if !left.is_empty() {
-                eprintln!("supervisor: cgroups not removed: {left:?}");
+                say!("supervisor: cgroups not removed: {left:?}");
             }
             let _ = std::fs::remove_file(self.layout.cgroup(&self.id));
         }
