@@ -31,6 +31,8 @@ use crate::supervisor::{valid_signal, Control, SupervisorIdentity};
 /// agent's door: the agent serves whoever holds the operator's token, not only the API server.
 const MAX_SECONDS: u64 = sandbox_api::wire::MAX_SECONDS as u64;
 const START_WAIT: Duration = Duration::from_secs(30);
+/// Free bytes in the state dir below which a start waits (429) rather than begins.
+const MIN_FREE_TO_START: u64 = 1 << 20;
 
 pub struct Config {
     pub layout: Layout,
@@ -417,6 +419,16 @@ impl Registry {
                 "this node's agent supervises {running} processes, its cap (--max-processes); the start waits for room"
             )));
         }
+        // A process needs a little room of its own (specs, record, its first output): on a
+        // state dir that others filled, the start waits for room instead of failing later.
+        if let Ok(st) = nix::sys::statvfs::statvfs(self.cfg.layout.root()) {
+            let free = st.blocks_available().saturating_mul(st.fragment_size());
+            if free < MIN_FREE_TO_START {
+                return Err(AgentError::TooManyRequests(format!(
+                    "the agent's state directory has {free} bytes free, under the {MIN_FREE_TO_START} a start needs; the start waits for room"
+                )));
+            }
+        }
         let info = self.cfg.lookup.find(&req.pod_uid, &req.container).await?;
         let runtime_binary = info
             .runtime_binary
@@ -449,17 +461,17 @@ impl Registry {
         // existence is the cross-restart idempotency point — once there, this id never spawns again.
         let staging = self.cfg.layout.procs_dir().join(format!(".new-{id}"));
         let _ = std::fs::remove_dir_all(&staging);
-        std::fs::create_dir(&staging).map_err(AgentError::io("creating process dir"))?;
+        std::fs::create_dir(&staging).map_err(io_or_full("creating process dir"))?;
         record::write_json(&staging.join("process.json"), &process, false)
-            .map_err(AgentError::io("writing process spec"))?;
+            .map_err(io_or_full("writing process spec"))?;
         record::write_json(&staging.join("launch.json"), &launch, false)
-            .map_err(AgentError::io("writing launch spec"))?;
+            .map_err(io_or_full("writing launch spec"))?;
         if let Err(e) = std::fs::rename(&staging, &proc_dir) {
             let _ = std::fs::remove_dir_all(&staging);
             if proc_dir.exists() {
                 return self.wait_started(&id).await;
             }
-            return Err(AgentError::io("publishing process dir")(e));
+            return Err(io_or_full("publishing process dir")(e));
         }
         let mut rx = self.subscribe();
         let pid = spawn::spawn_supervisor(&self.cfg.spawn, &self.cfg.layout, &id).map_err(|e| {
@@ -638,6 +650,17 @@ impl Registry {
 fn skeleton(l: &LaunchSpec) -> ProcessRecord {
     let r = &l.request;
     ProcessRecord::starting(&r.exec_id, &r.pod_uid, &r.container, &l.container_id)
+}
+
+/// An I/O error of a start; a full state-dir filesystem is not an error of the process but a
+/// wait for room (429: the operator keeps the object Pending and asks again).
+fn io_or_full(context: &'static str) -> impl FnOnce(std::io::Error) -> AgentError {
+    move |e| match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => AgentError::TooManyRequests(format!(
+            "{context}: the agent's state directory has no room ({e}); the start waits for room"
+        )),
+        _ => AgentError::io(context)(e),
+    }
 }
 
 /// Request checks that need no container; messages name the field.

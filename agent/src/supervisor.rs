@@ -20,6 +20,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Bytes set aside at the start for the final record (it is a few KiB; written aside, then
+/// renamed).
+const RESERVE_BYTES: usize = 32 << 10;
+
+fn reserve_path(layout: &Layout, id: &ExecId) -> std::path::PathBuf {
+    layout.proc_dir(id).join("record.reserve")
+}
+
 /// A line on the supervisor's stderr (its log in the state dir). Never panics, unlike
 /// `eprintln!`: with the state dir's filesystem full, a log line must not end supervision.
 macro_rules! say {
@@ -184,6 +192,10 @@ impl Supervisor {
             start_time: procfs::start_time(me).unwrap_or(0),
         };
         record::write_json(&layout.supervisor(&id), &ident, false)?;
+        // Room for the final record, kept from the start: on a filesystem that others fill
+        // this process may have no output of its own to give up (best effort: none if already
+        // full).
+        let _ = std::fs::write(reserve_path(&layout, &id), vec![0u8; RESERVE_BYTES]);
 
         // Signals become poll events; the runtime child gets a clean mask from std::process.
         let mut mask = SigSet::empty();
@@ -284,7 +296,9 @@ impl Supervisor {
                 Ok(()) => return Ok(()),
                 Err(e) if Instant::now() < until => {
                     self.write_failed("final record", &e);
-                    if !self.ledger.free_oldest() {
+                    if !self.ledger.free_oldest()
+                        && std::fs::remove_file(reserve_path(&self.layout, &self.id)).is_err()
+                    {
                         std::thread::sleep(Duration::from_secs(1));
                     }
                     self.rec.output.dropped_bytes = self.ledger.dropped() + self.ledger.lost();
@@ -312,6 +326,7 @@ impl Supervisor {
         self.rec.error = Some(ApiError { code, message });
         self.rec.finished_at = Some(rfc3339(now_nanos()));
         self.save(true)?;
+        let _ = std::fs::remove_file(reserve_path(&self.layout, &self.id));
         Ok(())
     }
 
@@ -998,6 +1013,7 @@ impl Supervisor {
         self.rec.end_reason = Some(reason);
         self.rec.finished_at = Some(rfc3339(now_nanos()));
         self.save(true)?;
+        let _ = std::fs::remove_file(reserve_path(&self.layout, &self.id));
         let _ = std::fs::remove_file(self.layout.control(&self.id));
         Ok(())
     }

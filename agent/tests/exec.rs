@@ -1223,6 +1223,130 @@ async fn a_full_state_filesystem_loses_output_not_the_exit() {
     assert!(r.output.tail.ends_with("the-end\n"), "{:?}", &r.output.tail);
 }
 
+/// As on a node whose disk another writer filled: 2 MiB left when three processes start and write
+/// 16 MiB each at once; every one ends with its exit code (e2e/hostile's case, reproduced here).
+#[tokio::test]
+async fn concurrent_writers_on_a_nearly_full_state_filesystem_keep_their_exits() {
+    require_root();
+    let base = base_dir("exec");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let state = base.join(uniq("full-state"));
+    std::fs::create_dir_all(&state).unwrap();
+    assert!(std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=128m,mode=0700", "tmpfs"])
+        .arg(&state)
+        .status()
+        .unwrap()
+        .success());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(state.clone());
+    let agent = Agent::launch_in(&base, &runc_root, &state, &[]);
+    let avail = {
+        let st = nix::sys::statvfs::statvfs(&state).unwrap();
+        st.blocks_available() as u64 * st.fragment_size() as u64
+    };
+    assert!(std::process::Command::new("fallocate")
+        .args(["-l", &(avail - (2 << 20)).to_string()])
+        .arg(state.join("fill"))
+        .status()
+        .unwrap()
+        .success());
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let r = agent
+            .start(&req(
+                &ctr,
+                &[
+                    "sh",
+                    "-c",
+                    "sleep 2; dd if=/dev/zero bs=65536 count=256 2>/dev/null; echo; echo the-end; exit 3",
+                ],
+            ))
+            .await
+            .unwrap();
+        ids.push(r.exec_id);
+    }
+    for id in &ids {
+        let r = agent.wait_final(id, Duration::from_secs(60)).await;
+        assert_eq!(
+            (r.phase, r.exit.as_ref().map(|e| e.code)),
+            (Phase::Exited, Some(3)),
+            "{r:?}\n{}",
+            std::fs::read_to_string(state.join("procs").join(id).join("supervisor.log"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// The final record has room kept for it from the start: a filesystem filled to the last byte by
+/// someone else while a quiet process runs (no output of its own to give up) still gets its
+/// exit code.
+#[tokio::test]
+async fn a_filesystem_filled_by_others_still_gets_the_exit() {
+    require_root();
+    let base = base_dir("exec");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let state = base.join(uniq("filled-state"));
+    std::fs::create_dir_all(&state).unwrap();
+    assert!(std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs"])
+        .arg(&state)
+        .status()
+        .unwrap()
+        .success());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(state.clone());
+    let agent = Agent::launch_in(&base, &runc_root, &state, &[]);
+    let r = agent
+        .start(&req(&ctr, &["sh", "-c", "sleep 2; exit 7"]))
+        .await
+        .unwrap();
+    // Everything left, and then byte by byte what fallocate's page rounding leaves.
+    let avail = {
+        let st = nix::sys::statvfs::statvfs(&state).unwrap();
+        st.blocks_available() as u64 * st.fragment_size() as u64
+    };
+    assert!(std::process::Command::new("fallocate")
+        .args(["-l", &avail.to_string()])
+        .arg(state.join("fill"))
+        .status()
+        .unwrap()
+        .success());
+    let mut n = 0;
+    while std::fs::write(state.join(format!("fill-{n}")), [0u8; 512]).is_ok() {
+        n += 1;
+    }
+    let t0 = std::time::Instant::now();
+    let r = agent.wait_final(&r.exec_id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (r.phase, r.exit.as_ref().map(|e| e.code)),
+        (Phase::Exited, Some(7)),
+        "{r:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    // And a start now waits for room: 429, not an error of the process.
+    let (status, body) = agent.start(&req(&ctr, &["true"])).await.unwrap_err();
+    assert_eq!(status, 429, "{body}");
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
