@@ -1129,17 +1129,30 @@ async fn idle_follows_cost_nothing_wake_on_output_and_are_capped() {
     drop(streams);
 }
 
-/// A full filesystem under the state dir never ends supervision: output that cannot be stored
-/// becomes an explicit gap, and the final record (exit code) is still written.
-#[tokio::test]
-async fn a_full_state_filesystem_loses_output_not_the_exit() {
+/// A tmpfs of `size` bytes mounted as a state dir, with a container and an agent on it; the mount
+/// goes (lazily) with the returned guard.
+struct TmpfsAgent {
+    agent: Agent,
+    ctr: Container,
+    state: std::path::PathBuf,
+}
+
+impl Drop for TmpfsAgent {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.state)
+            .status();
+    }
+}
+
+fn agent_on_tmpfs(name: &str, size: u64) -> TmpfsAgent {
     require_root();
     let base = base_dir("exec");
     let runc_root = base.join(uniq("runc"));
     let ctr = Container::start(&base, &runc_root, 0);
-    let state = base.join(uniq("small-state"));
+    let state = base.join(uniq(name));
     std::fs::create_dir_all(&state).unwrap();
-    let size = 1u64 << 30;
     let st = std::process::Command::new("mount")
         .args([
             "-t",
@@ -1152,32 +1165,31 @@ async fn a_full_state_filesystem_loses_output_not_the_exit() {
         .status()
         .unwrap();
     assert!(st.success(), "mounting a tmpfs state dir");
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _unmount = Unmount(state.clone());
     let agent = Agent::launch_in(&base, &runc_root, &state, &[]);
+    TmpfsAgent { agent, ctr, state }
+}
+
+/// A full filesystem under the state dir never ends supervision: output that cannot be stored
+/// becomes an explicit gap, and the final record (exit code) is still written.
+#[tokio::test]
+async fn a_full_state_filesystem_loses_output_not_the_exit() {
+    let t = agent_on_tmpfs("small-state", 1 << 30);
+    let (agent, ctr, state) = (&t.agent, &t.ctr, t.state.as_path());
     // Now shrink it to what the agent uses so far plus 4 MiB.
     let used = {
-        let st = nix::sys::statvfs::statvfs(&state).unwrap();
+        let st = nix::sys::statvfs::statvfs(state).unwrap();
         (st.blocks() - st.blocks_free()) as u64 * st.fragment_size() as u64
     };
     let st = std::process::Command::new("mount")
         .args(["-o", &format!("remount,size={}", used + (4 << 20))])
-        .arg(&state)
+        .arg(state)
         .status()
         .unwrap();
     assert!(st.success(), "shrinking the tmpfs");
     // 16 MiB of output into 4 MiB of room, then a last line and an exit code.
     let r = agent
         .start(&req(
-            &ctr,
+            ctr,
             &[
                 "sh",
                 "-c",
@@ -1186,7 +1198,7 @@ async fn a_full_state_filesystem_loses_output_not_the_exit() {
         ))
         .await
         .unwrap_or_else(|e| {
-            let logs: Vec<String> = walk(&state)
+            let logs: Vec<String> = walk(state)
                 .into_iter()
                 .map(|p| {
                     let body = if p.ends_with("supervisor.log") {
@@ -1207,7 +1219,6 @@ async fn a_full_state_filesystem_loses_output_not_the_exit() {
             .any(|e| matches!(e, LogEvent::Truncated { dropped_bytes, .. } if *dropped_bytes > 0)),
         "readers see the loss as a gap"
     );
-    drop(agent);
     let exit = r.exit.clone().expect("the exit is recorded");
     assert_eq!(
         (exit.code, r.end_reason),
@@ -1227,31 +1238,10 @@ async fn a_full_state_filesystem_loses_output_not_the_exit() {
 /// 16 MiB each at once; every one ends with its exit code (e2e/hostile's case, reproduced here).
 #[tokio::test]
 async fn concurrent_writers_on_a_nearly_full_state_filesystem_keep_their_exits() {
-    require_root();
-    let base = base_dir("exec");
-    let runc_root = base.join(uniq("runc"));
-    let ctr = Container::start(&base, &runc_root, 0);
-    let state = base.join(uniq("full-state"));
-    std::fs::create_dir_all(&state).unwrap();
-    assert!(std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=128m,mode=0700", "tmpfs"])
-        .arg(&state)
-        .status()
-        .unwrap()
-        .success());
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _unmount = Unmount(state.clone());
-    let agent = Agent::launch_in(&base, &runc_root, &state, &[]);
+    let t = agent_on_tmpfs("full-state", 128 << 20);
+    let (agent, ctr, state) = (&t.agent, &t.ctr, t.state.as_path());
     let avail = {
-        let st = nix::sys::statvfs::statvfs(&state).unwrap();
+        let st = nix::sys::statvfs::statvfs(state).unwrap();
         st.blocks_available() as u64 * st.fragment_size() as u64
     };
     assert!(std::process::Command::new("fallocate")
@@ -1264,7 +1254,7 @@ async fn concurrent_writers_on_a_nearly_full_state_filesystem_keep_their_exits()
     for _ in 0..3 {
         let r = agent
             .start(&req(
-                &ctr,
+                ctr,
                 &[
                     "sh",
                     "-c",
@@ -1292,36 +1282,15 @@ async fn concurrent_writers_on_a_nearly_full_state_filesystem_keep_their_exits()
 /// exit code.
 #[tokio::test]
 async fn a_filesystem_filled_by_others_still_gets_the_exit() {
-    require_root();
-    let base = base_dir("exec");
-    let runc_root = base.join(uniq("runc"));
-    let ctr = Container::start(&base, &runc_root, 0);
-    let state = base.join(uniq("filled-state"));
-    std::fs::create_dir_all(&state).unwrap();
-    assert!(std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs"])
-        .arg(&state)
-        .status()
-        .unwrap()
-        .success());
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _unmount = Unmount(state.clone());
-    let agent = Agent::launch_in(&base, &runc_root, &state, &[]);
+    let t = agent_on_tmpfs("filled-state", 64 << 20);
+    let (agent, ctr, state) = (&t.agent, &t.ctr, t.state.as_path());
     let r = agent
-        .start(&req(&ctr, &["sh", "-c", "sleep 2; exit 7"]))
+        .start(&req(ctr, &["sh", "-c", "sleep 2; exit 7"]))
         .await
         .unwrap();
     // Everything left, and then byte by byte what fallocate's page rounding leaves.
     let avail = {
-        let st = nix::sys::statvfs::statvfs(&state).unwrap();
+        let st = nix::sys::statvfs::statvfs(state).unwrap();
         st.blocks_available() as u64 * st.fragment_size() as u64
     };
     assert!(std::process::Command::new("fallocate")
@@ -1343,7 +1312,7 @@ async fn a_filesystem_filled_by_others_still_gets_the_exit() {
     );
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     // And a start now waits for room: 429, not an error of the process.
-    let (status, body) = agent.start(&req(&ctr, &["true"])).await.unwrap_err();
+    let (status, body) = agent.start(&req(ctr, &["true"])).await.unwrap_err();
     assert_eq!(status, 429, "{body}");
 }
 
