@@ -31,6 +31,10 @@ pub enum AgentError {
     OperationInterrupted(String),
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A start request that breaks the process contract (`sandbox_api::validate`): the same field,
+    /// message and code the operator gives for the same spec.
+    #[error("{0}")]
+    Invalid(#[from] sandbox_api::validate::Violation),
     #[error("unauthorized: {0}")]
     Unauthorized(String),
     #[error("container runtime: {0}")]
@@ -69,6 +73,7 @@ impl AgentError {
             AgentError::ProcessLost(_) => ErrorCode::ProcessLost,
             AgentError::OperationInterrupted(_) => ErrorCode::OperationInterrupted,
             AgentError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            AgentError::Invalid(v) => v.code,
             AgentError::Unauthorized(_) => ErrorCode::Unauthorized,
             AgentError::Runtime(_) => ErrorCode::ContainerUnavailable,
             AgentError::Io { .. } | AgentError::Internal(_) => ErrorCode::Internal,
@@ -83,6 +88,9 @@ impl AgentError {
     }
 
     pub fn http_status(&self) -> u16 {
+        if let AgentError::Invalid(_) = self {
+            return 400;
+        }
         match self.code() {
             ErrorCode::InvalidRequest
             | ErrorCode::InvalidProcessCwd

@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sandbox_api::wire::{
-    ApiError, EndReason, ErrorCode, Phase, ProbeKind, ProcessRecord, SignalRequest, StartRequest,
-    WatchEvent,
+    ApiError, EndReason, ErrorCode, Phase, ProcessRecord, SignalRequest, StartRequest, WatchEvent,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::sync::broadcast;
@@ -398,7 +397,7 @@ impl Registry {
     /// Starts the process, or returns the existing one for this exec id (idempotent).
     pub async fn start(self: &Arc<Self>, req: StartRequest) -> Result<ProcessRecord, AgentError> {
         let id = ExecId::parse(&req.exec_id)?;
-        validate(&req)?;
+        let req = sandbox_api::validate::start(req)?;
         let lock = self.lock_for(id.as_str());
         let _guard = lock.lock().await;
         let proc_dir = self.cfg.layout.proc_dir(&id);
@@ -446,7 +445,7 @@ impl Registry {
             process["cwd"] = cwd.into();
         }
         let launch = LaunchSpec {
-            request: req,
+            request: req.into_inner(),
             container_id: info.id.clone(),
             container_pid: info.pid,
             container_start: crate::procfs::start_time(info.pid),
@@ -661,83 +660,6 @@ fn io_or_full(context: &'static str) -> impl FnOnce(std::io::Error) -> AgentErro
         )),
         _ => AgentError::io(context)(e),
     }
-}
-
-/// Request checks that need no container; messages name the field.
-pub fn validate(req: &StartRequest) -> Result<(), AgentError> {
-    let bad = |m: String| Err(AgentError::InvalidRequest(m));
-    if req.pod_uid.is_empty() {
-        return bad("podUid: must not be empty".into());
-    }
-    if req.container.is_empty() {
-        return bad("container: must not be empty".into());
-    }
-    exec_spec::validate_command(&req.command)?;
-    exec_spec::validate_env(&req.env)?;
-    if let Some(d) = &req.working_dir {
-        if !d.starts_with('/') {
-            return Err(AgentError::InvalidProcessCwd {
-                cwd: d.clone(),
-                reason: "must be an absolute path".into(),
-            });
-        }
-    }
-    if req.timeout_seconds == Some(0) {
-        return bad("timeoutSeconds: must be at least 1".into());
-    }
-    for (field, v) in [
-        ("timeoutSeconds", req.timeout_seconds),
-        ("graceSeconds", Some(req.grace_seconds)),
-        (
-            "readiness.timeoutSeconds",
-            req.readiness.as_ref().and_then(|r| r.timeout_seconds),
-        ),
-    ] {
-        if let Some(v) = v.filter(|&v| v > MAX_SECONDS) {
-            return bad(format!("{field} {v}: must be at most {MAX_SECONDS}"));
-        }
-    }
-    if !valid_signal(req.stop_signal) {
-        return bad(format!("stopSignal {}: must be 1-64", req.stop_signal));
-    }
-    if let Some(r) = &req.readiness {
-        match &r.probe {
-            ProbeKind::TcpSocket { port } | ProbeKind::HttpGet { port, .. } if *port == 0 => {
-                return bad("readiness.port: must be 1-65535".into())
-            }
-            ProbeKind::HttpGet { path, status, .. } => {
-                if !path.starts_with('/') {
-                    return bad(format!(
-                        "readiness.httpGet.path {path:?}: must start with '/'"
-                    ));
-                }
-                if !sandbox_api::wire::request_path_ok(path) {
-                    return bad(format!(
-                        "readiness.httpGet.path {path:?}: must be printable ASCII without spaces or control characters"
-                    ));
-                }
-                if status.min > status.max || status.min < 100 || status.max > 599 {
-                    return bad(format!(
-                        "readiness.httpGet.status {}-{}: need 100 <= min <= max <= 599",
-                        status.min, status.max
-                    ));
-                }
-            }
-            ProbeKind::LogMatch { pattern, .. } => {
-                if let Err(e) = regex_lite::Regex::new(pattern) {
-                    return bad(format!("readiness.logMatch.pattern: {e}"));
-                }
-            }
-            _ => {}
-        }
-        if !(10..=3_600_000).contains(&r.period_millis) {
-            return bad(format!(
-                "readiness.periodMillis {}: must be 10-3600000",
-                r.period_millis
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The last non-empty line of a (small, agent-owned) log, bounded.

@@ -1,13 +1,14 @@
 //! The `SandboxProcess` custom resource (`sandbox.dev/v1alpha1`): one process run inside a pod's
 //! container by the node agent, with its status.
 //!
-//! Validation lives in two places that must agree:
-//! - the OpenAPI schema of the CRD (bounds, patterns, defaults and CEL `x-kubernetes-validations`,
-//!   including the immutability rules), enforced by the API server at apply;
-//! - [`SandboxProcessSpec::validate`], the same rules as a pure function (plus what CEL cannot
-//!   check, such as whether `logMatch.pattern` is a valid regex), used by the operator before it
-//!   asks an agent to start anything.
+//! The OpenAPI schema (bounds, patterns, defaults and CEL `x-kubernetes-validations`, including
+//! the immutability rules) holds what the API server must enforce at apply; every rule, those
+//! included, is in [`crate::validate`] once, for the operator and the agent's door.
 use std::fmt;
+
+use crate::validate::Violation;
+/// Leaf types the object shares with the wire: one definition, so they cannot drift.
+pub use crate::wire::{ExitStatus, LogStream};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
@@ -23,11 +24,7 @@ pub const API_VERSION: &str = "sandbox.dev/v1alpha1";
 /// `kind` of [`SandboxProcess`].
 pub const KIND: &str = "SandboxProcess";
 
-/// Upper bounds that keep the CEL rules' estimated cost under the API server's budget.
-pub const MAX_ARGS: usize = 1024;
-pub const MAX_ARG_LEN: usize = 32768;
-pub const MAX_ENV: usize = 256;
-pub const MAX_PATH_LEN: usize = 4096;
+pub use crate::validate::{MAX_ARGS, MAX_ARG_LEN, MAX_ENV, MAX_PATH_LEN};
 pub use crate::wire::MAX_SECONDS;
 
 /// A process to run inside a container of a pod in the same namespace, as `kubectl exec` would.
@@ -191,23 +188,28 @@ pub struct ResourceLimitsSpec {
 
 impl ResourceLimitsSpec {
     /// The agent's limits, in kernel units; `Err` names the field.
-    pub fn to_wire(&self) -> Result<crate::wire::ResourceLimits, Invalid> {
+    pub fn to_wire(&self) -> Result<crate::wire::ResourceLimits, Violation> {
         let cpu = match &self.cpu {
             Some(q) => Some(
                 q.millicores()
-                    .map_err(|m| invalid("resources.limits.cpu", m))?,
+                    .map_err(|m| Violation::new("resources.limits.cpu", m))?,
             ),
             None => None,
         };
         let memory = match &self.memory {
             Some(q) => Some(
                 q.bytes()
-                    .map_err(|m| invalid("resources.limits.memory", m))?,
+                    .map_err(|m| Violation::new("resources.limits.memory", m))?,
             ),
             None => None,
         };
         let pids = match self.pids {
-            Some(p) if p < 1 => return Err(invalid("resources.limits.pids", "must be at least 1")),
+            Some(p) if p < 1 => {
+                return Err(Violation::new(
+                    "resources.limits.pids",
+                    "must be at least 1",
+                ))
+            }
             Some(p) => Some(p as u64),
             None => None,
         };
@@ -216,7 +218,7 @@ impl ResourceLimitsSpec {
             memory_bytes: memory,
             pids,
         };
-        w.check().map_err(|(f, m)| invalid(f, m))?;
+        w.check().map_err(|(f, m)| Violation::new(f, m))?;
         Ok(w)
     }
 }
@@ -450,14 +452,6 @@ pub struct LogMatchProbe {
     pub stream: LogStream,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum LogStream {
-    Stdout,
-    Stderr,
-    #[default]
-    Both,
-}
-
 /// Observed state, written by the operator only.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -562,19 +556,6 @@ impl fmt::Display for Phase {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ExitStatus {
-    /// Exit code; 128+signal when killed by a signal.
-    pub code: i32,
-    /// The signal that killed the process, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<i32>,
-    /// `true` when the process was stopped because `timeoutSeconds` expired.
-    #[serde(default)]
-    pub timed_out: bool,
-}
-
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum EndReason {
     Exited,
@@ -657,31 +638,6 @@ impl ErrorCode {
             ErrorCode::StartDeadlineExceeded => "StartDeadlineExceeded",
         }
     }
-
-    /// The status code for an agent error code; `None` for codes that describe the request or the
-    /// agent itself rather than the process (the operator handles those).
-    pub fn from_wire(code: crate::wire::ErrorCode) -> Option<ErrorCode> {
-        use crate::wire::ErrorCode as W;
-        Some(match code {
-            W::ContainerNotFound => ErrorCode::ContainerNotFound,
-            W::ContainerUnavailable => ErrorCode::ContainerUnavailable,
-            W::InvalidProcessCwd => ErrorCode::InvalidProcessCwd,
-            W::InvalidProcessEnvironment => ErrorCode::InvalidProcessEnvironment,
-            W::InvalidResourceLimits => ErrorCode::InvalidResourceLimits,
-            W::ProcessSpawnFailed => ErrorCode::ProcessSpawnFailed,
-            W::RuntimeUnsupported => ErrorCode::RuntimeUnsupported,
-            W::StaleProcessHandle => ErrorCode::StaleProcessHandle,
-            W::ProcessNotFound => ErrorCode::ProcessNotFound,
-            W::ProcessLost => ErrorCode::ProcessLost,
-            W::OperationInterrupted => ErrorCode::OperationInterrupted,
-            W::AgentUnavailable => ErrorCode::AgentUnavailable,
-            W::InvalidRequest
-            | W::Unauthorized
-            | W::Internal
-            | W::TooManyRequests
-            | W::OutputFreed => return None,
-        })
-    }
 }
 
 impl fmt::Display for ErrorCode {
@@ -737,299 +693,6 @@ pub mod condition {
 impl SandboxProcessStatus {
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
-    }
-}
-
-/// A spec that breaks a rule, with the field it names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Invalid {
-    /// JSON path below `spec`, e.g. `command[0]`.
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for Invalid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "spec.{}: {}", self.field, self.message)
-    }
-}
-
-impl std::error::Error for Invalid {}
-
-/// A duration field: at least `min`, at most [`MAX_SECONDS`].
-fn seconds(field: &str, value: Option<i64>, min: i64) -> Result<(), Invalid> {
-    match value {
-        Some(v) if v < min => Err(invalid(field, format!("must be at least {min}"))),
-        Some(v) if v > MAX_SECONDS => Err(invalid(field, format!("must be at most {MAX_SECONDS}"))),
-        _ => Ok(()),
-    }
-}
-
-fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {
-    Invalid {
-        field: field.into(),
-        message: message.into(),
-    }
-}
-
-impl SandboxProcessSpec {
-    /// The creation rules of the schema as a pure function, plus regex validity. The API server
-    /// enforces the schema; this guards the operator against objects written before a rule
-    /// existed and checks what CEL cannot.
-    pub fn validate(&self) -> Result<(), Invalid> {
-        if self.pod_name.is_empty() == self.pod_selector.is_none() {
-            return Err(invalid(
-                "podName",
-                "exactly one of podName, podSelector must be set",
-            ));
-        }
-        if self.container.as_deref() == Some("") {
-            return Err(invalid("container", "must not be empty when set"));
-        }
-        match self.command.first() {
-            None => return Err(invalid("command", "must have at least 1 item")),
-            Some(a) if a.is_empty() => {
-                return Err(invalid("command[0]", "the executable must not be empty"))
-            }
-            _ => {}
-        }
-        if self.command.len() > MAX_ARGS {
-            return Err(invalid("command", format!("at most {MAX_ARGS} items")));
-        }
-        if let Some(i) = self.command.iter().position(|a| a.len() > MAX_ARG_LEN) {
-            return Err(invalid(format!("command[{i}]"), "too long"));
-        }
-        if let Some(wd) = &self.working_dir {
-            if !wd.starts_with('/') {
-                return Err(invalid("workingDir", "must be an absolute path"));
-            }
-        }
-        let mut seen = std::collections::HashSet::new();
-        for (i, e) in self.env.iter().enumerate() {
-            if e.name.is_empty() {
-                return Err(invalid(format!("env[{i}].name"), "must not be empty"));
-            }
-            if e.name.contains('=') {
-                return Err(invalid(format!("env[{i}].name"), "must not contain '='"));
-            }
-            if e.name.contains('\0') || e.value.contains('\0') {
-                return Err(invalid(format!("env[{i}]"), "must not contain NUL"));
-            }
-            if !seen.insert(e.name.as_str()) {
-                return Err(invalid(format!("env[{i}].name"), "duplicate name"));
-            }
-            if let Some(from) = &e.value_from {
-                if !e.value.is_empty() {
-                    return Err(invalid(
-                        format!("env[{i}].valueFrom"),
-                        "value and valueFrom are exclusive",
-                    ));
-                }
-                let Some((_, r)) = from.reference() else {
-                    return Err(invalid(
-                        format!("env[{i}].valueFrom"),
-                        "must set exactly one of secretKeyRef, configMapKeyRef",
-                    ));
-                };
-                if r.name.is_empty() || r.key.is_empty() {
-                    return Err(invalid(
-                        format!("env[{i}].valueFrom"),
-                        "name and key must not be empty",
-                    ));
-                }
-            }
-        }
-        if self.command.iter().any(|a| a.contains('\0')) {
-            return Err(invalid("command", "must not contain NUL"));
-        }
-        seconds("timeoutSeconds", self.timeout_seconds, 1)?;
-        if !(1..=64).contains(&self.stop_signal) {
-            return Err(invalid("stopSignal", "must be 1-64"));
-        }
-        seconds(
-            "terminationGracePeriodSeconds",
-            Some(self.termination_grace_period_seconds),
-            0,
-        )?;
-        seconds(
-            "ttlSecondsAfterFinished",
-            self.ttl_seconds_after_finished,
-            0,
-        )?;
-        seconds("startDeadlineSeconds", self.start_deadline_seconds, 1)?;
-        if let Some(r) = &self.readiness {
-            r.validate()?;
-        }
-        if let Some(l) = self.resources.as_ref().and_then(|r| r.limits.as_ref()) {
-            l.to_wire()?;
-        }
-        Ok(())
-    }
-
-    /// The rules only the API server can check, between an object and its previous version:
-    /// every field except `stop` and `ttlSecondsAfterFinished` is immutable.
-    pub fn validate_update(&self, old: &SandboxProcessSpec) -> Result<(), Invalid> {
-        let immutable: [(&str, bool); 12] = [
-            ("podName", self.pod_name == old.pod_name),
-            ("podSelector", self.pod_selector == old.pod_selector),
-            ("container", self.container == old.container),
-            ("command", self.command == old.command),
-            ("workingDir", self.working_dir == old.working_dir),
-            ("env", self.env == old.env),
-            (
-                "timeoutSeconds",
-                self.timeout_seconds == old.timeout_seconds,
-            ),
-            ("readiness", self.readiness == old.readiness),
-            ("stopSignal", self.stop_signal == old.stop_signal),
-            (
-                "terminationGracePeriodSeconds",
-                self.termination_grace_period_seconds == old.termination_grace_period_seconds,
-            ),
-            ("resources", self.resources == old.resources),
-            (
-                "startDeadlineSeconds",
-                self.start_deadline_seconds == old.start_deadline_seconds,
-            ),
-        ];
-        match immutable.iter().find(|(_, same)| !same) {
-            Some((field, _)) => Err(invalid(*field, format!("{field} is immutable"))),
-            None => Ok(()),
-        }
-    }
-}
-
-impl ReadinessSpec {
-    fn validate(&self) -> Result<(), Invalid> {
-        let kinds = [
-            self.tcp_socket.is_some(),
-            self.http_get.is_some(),
-            self.log_match.is_some(),
-        ];
-        if kinds.iter().filter(|k| **k).count() != 1 {
-            return Err(invalid(
-                "readiness",
-                "must set exactly one of tcpSocket, httpGet, logMatch",
-            ));
-        }
-        if !(10..=3_600_000).contains(&self.period_millis) {
-            return Err(invalid("readiness.periodMillis", "must be 10-3600000"));
-        }
-        seconds("readiness.timeoutSeconds", self.timeout_seconds, 1)?;
-        if let Some(t) = &self.tcp_socket {
-            check_port("readiness.tcpSocket.port", t.port)?;
-        }
-        if let Some(h) = &self.http_get {
-            check_port("readiness.httpGet.port", h.port)?;
-            if !h.path.starts_with('/') {
-                return Err(invalid("readiness.httpGet.path", "must start with '/'"));
-            }
-            if !crate::wire::request_path_ok(&h.path) {
-                return Err(invalid(
-                    "readiness.httpGet.path",
-                    "must be printable ASCII without spaces or control characters",
-                ));
-            }
-            let (min, max) = (h.status.min, h.status.max);
-            if !(100..=599).contains(&min) || !(100..=599).contains(&max) || min > max {
-                return Err(invalid(
-                    "readiness.httpGet.status",
-                    "min and max must be 100-599 with min <= max",
-                ));
-            }
-        }
-        if let Some(l) = &self.log_match {
-            if l.pattern.is_empty() {
-                return Err(invalid("readiness.logMatch.pattern", "must not be empty"));
-            }
-            if let Err(e) = regex_lite::Regex::new(&l.pattern) {
-                return Err(invalid("readiness.logMatch.pattern", e.to_string()));
-            }
-        }
-        Ok(())
-    }
-}
-
-fn check_port(field: &str, port: i32) -> Result<(), Invalid> {
-    if (1..=65535).contains(&port) {
-        Ok(())
-    } else {
-        Err(invalid(field, format!("{port}: must be 1-65535")))
-    }
-}
-
-/// The agent's start request for this spec. The caller supplies what the spec leaves open:
-/// the resolved container and the pod UID; `exec_id` is the object's UID. `from_sources` holds
-/// the values of the `valueFrom` variables by name (read from Secrets and ConfigMaps); one not
-/// in it is left out (an optional reference that was not found).
-pub fn start_request(
-    spec: &SandboxProcessSpec,
-    exec_id: &str,
-    pod_uid: &str,
-    container: &str,
-    from_sources: &std::collections::BTreeMap<String, String>,
-) -> crate::wire::StartRequest {
-    use crate::wire;
-    wire::StartRequest {
-        exec_id: exec_id.to_string(),
-        pod_uid: pod_uid.to_string(),
-        container: container.to_string(),
-        command: spec.command.clone(),
-        working_dir: spec.working_dir.clone(),
-        env: spec
-            .env
-            .iter()
-            .filter_map(|e| {
-                let value = match &e.value_from {
-                    None => e.value.clone(),
-                    Some(_) => from_sources.get(&e.name)?.clone(),
-                };
-                Some(wire::EnvVar {
-                    name: e.name.clone(),
-                    value,
-                })
-            })
-            .collect(),
-        timeout_seconds: spec.timeout_seconds.map(|t| t.max(1) as u64),
-        stop_signal: spec.stop_signal,
-        grace_seconds: spec.termination_grace_period_seconds.max(0) as u64,
-        readiness: spec.readiness.as_ref().and_then(|r| {
-            let probe = if let Some(t) = &r.tcp_socket {
-                wire::ProbeKind::TcpSocket {
-                    port: t.port.clamp(0, 65535) as u16,
-                }
-            } else if let Some(h) = &r.http_get {
-                wire::ProbeKind::HttpGet {
-                    port: h.port.clamp(0, 65535) as u16,
-                    path: h.path.clone(),
-                    status: wire::StatusRange {
-                        min: h.status.min.clamp(0, 999) as u16,
-                        max: h.status.max.clamp(0, 999) as u16,
-                    },
-                }
-            } else {
-                let l = r.log_match.as_ref()?;
-                wire::ProbeKind::LogMatch {
-                    pattern: l.pattern.clone(),
-                    stream: match l.stream {
-                        LogStream::Stdout => wire::LogStream::Stdout,
-                        LogStream::Stderr => wire::LogStream::Stderr,
-                        LogStream::Both => wire::LogStream::Both,
-                    },
-                }
-            };
-            Some(wire::Readiness {
-                probe,
-                period_millis: r.period_millis.max(10) as u64,
-                timeout_seconds: r.timeout_seconds.map(|t| t.max(1) as u64),
-            })
-        }),
-        // `validate` ran first; a limit that does not convert is left to the agent to refuse.
-        resources: spec
-            .resources
-            .as_ref()
-            .and_then(|r| r.limits.as_ref())
-            .and_then(|l| l.to_wire().ok()),
     }
 }
 

@@ -95,7 +95,9 @@ pub struct EnvVar {
     pub value: String,
 }
 
+/// Output stream(s): `Stdout`, `Stderr` or `Both`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
 pub enum LogStream {
     Stdout,
     Stderr,
@@ -296,13 +298,17 @@ pub enum EndReason {
     Lost,
 }
 
+/// How the process ended (`status.exit` too).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ExitStatus {
-    /// Exit code, or 128+signal for a signal death.
+    /// Exit code; 128+signal when killed by a signal.
     pub code: i32,
+    /// The signal that killed the process, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
+    /// `true` when the process was stopped because `timeoutSeconds` expired.
     #[serde(default)]
     pub timed_out: bool,
 }

@@ -9,24 +9,21 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
-use sandbox_api::crd::{self, Phase, SandboxProcess, SandboxProcessStatus};
+use sandbox_api::crd::{Phase, SandboxProcess};
 use sandbox_api::wire::ErrorCode;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::agent::{AgentClient, AgentError, Agents, Cached, AGENT_SELECTOR};
-use crate::envfrom;
-use crate::memo::{CachedCopy, Memo};
+use crate::memo::Memo;
 use crate::metrics::Metrics;
-use crate::pod;
-use crate::status::{self, AgentView, Facts};
+use crate::status;
 
 /// Finalizer that makes deletion stop and forget the process.
 pub const FINALIZER: &str = "sandbox.dev/process";
@@ -45,13 +42,11 @@ pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
 
 /// A Pending object is looked at again at least this often (the pod and agent watches cover the
 /// rest).
-const PENDING_RECHECK: Duration = Duration::from_secs(30);
-/// How long one status write may take before the reconcile gives up and retries with backoff.
-const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const PENDING_RECHECK: Duration = Duration::from_secs(30);
 
 /// When to look again for a TTL `left` away. Clamped: kube-runtime's delay queue panics beyond
 /// ~795 days (kube-rs issue 1772; clamped there too since 5.0, but not ours to rely on).
-fn ttl_requeue(left: Duration) -> Action {
+pub(crate) fn ttl_requeue(left: Duration) -> Action {
     Action::requeue(left.saturating_add(Duration::from_secs(1)).min(MAX_REQUEUE))
 }
 
@@ -125,7 +120,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
     /// What is remembered about each object between reconciles.
-    memo: Memo,
+    pub(crate) memo: Memo,
 }
 
 /// Retry delay after `failures` consecutive failed reconciles: 1 s doubling to 5 min.
@@ -133,7 +128,7 @@ pub fn retry_delay(failures: u32) -> Duration {
     Duration::from_secs(1u64 << failures.saturating_sub(1).min(9)).min(Duration::from_secs(300))
 }
 
-fn now() -> Time {
+pub(crate) fn now() -> Time {
     Time(Timestamp::now())
 }
 
@@ -158,7 +153,7 @@ async fn reconcile(obj: Arc<SandboxProcess>, ctx: Arc<Context>) -> Result<Action
             }
             finalizer(&api, FINALIZER, obj, |event| async {
                 match event {
-                    finalizer::Event::Apply(o) => apply(o, &ctx, &api).await,
+                    finalizer::Event::Apply(o) => crate::apply::apply(o, &ctx, &api).await,
                     finalizer::Event::Cleanup(_) => Ok(Action::await_change()),
                 }
             })
@@ -201,379 +196,6 @@ fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> A
     ctx.metrics.error(error.metric_label());
     let uid = obj.uid().unwrap_or_default();
     Action::requeue(retry_delay(ctx.memo.failed(&uid)))
-}
-
-/// Looks up a started process at the agent of `node`.
-async fn lookup(ctx: &Context, node: Option<&str>, uid: &str) -> (AgentView, Option<String>) {
-    let Some(node) = node else {
-        return (AgentView::NotAsked, None);
-    };
-    let Some(url) = ctx.agents.url_for_node(node) else {
-        return (
-            AgentView::Unreachable {
-                since: ctx.agents.missing_since(node),
-                message: format!("no agent pod on node {node}"),
-            },
-            None,
-        );
-    };
-    let view = match ctx.agents.cached(&url, uid) {
-        Cached::Record(r) => AgentView::Record(r),
-        Cached::Absent | Cached::Unknown => match ctx.agents.client.get(&url, uid).await {
-            Ok(Some(r)) => {
-                ctx.agents.mark_reachable(&url);
-                ctx.agents.remember(&url, &r);
-                AgentView::Record(Box::new(r))
-            }
-            Ok(None) => {
-                ctx.agents.mark_reachable(&url);
-                AgentView::NotFound
-            }
-            Err(e) => unreachable_view(ctx, &url, &e),
-        },
-    };
-    (view, Some(url))
-}
-
-fn unreachable_view(ctx: &Context, url: &str, e: &AgentError) -> AgentView {
-    let message = match e {
-        AgentError::Unreachable { message, .. } => message.clone(),
-        AgentError::Api { error, .. } => format!("{}: {}", error.code, error.message),
-    };
-    AgentView::Unreachable {
-        since: ctx.agents.mark_unreachable(url, &message),
-        message,
-    }
-}
-
-async fn apply(
-    obj: Arc<SandboxProcess>,
-    ctx: &Context,
-    api: &Api<SandboxProcess>,
-) -> Result<Action, Error> {
-    let uid = obj.uid().ok_or(Error::Incomplete("uid"))?;
-    let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
-    let name = obj.name_any();
-    let spec = &obj.spec;
-    let prev = obj.status.clone().unwrap_or_default();
-    let now = now();
-    let settings = &ctx.settings;
-
-    if ctx.memo.judge_copy(&uid, status::is_final(&prev)) == CachedCopy::PredatesOurFinal {
-        // Our final status is not in this copy yet: look again once the cache has caught up.
-        debug!("cached copy predates our final status; waiting for the cache");
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    }
-    // The pod named, or the one the selector chose earlier.
-    let known_pod: Option<String> = if spec.pod_name.is_empty() {
-        prev.pod_name.clone()
-    } else {
-        Some(spec.pod_name.clone())
-    };
-    if status::is_final(&prev) {
-        ctx.agents.release(&uid);
-        let next = status::compute(&Facts {
-            generation: obj.metadata.generation,
-            spec,
-            prev: &prev,
-            pod_name: known_pod.as_deref().unwrap_or_default(),
-            pod: None,
-            created: obj.metadata.creation_timestamp.as_ref(),
-            agent: &AgentView::NotAsked,
-            invalid: None,
-            now: now.clone(),
-            agent_grace: settings.agent_grace,
-            output_due: false,
-        });
-        if next != prev {
-            write_status(ctx, api, &name, &next).await?;
-        }
-        ctx.metrics.set_phase(&uid, next.phase);
-        return match status::ttl_remaining(spec, &next, &now) {
-            Some(d) if d.is_zero() => {
-                info!("ttlSecondsAfterFinished passed; deleting");
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: Some(uid.clone()),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                match api.delete(&name, &dp).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
-                Ok(Action::await_change())
-            }
-            // Clamped: kube-runtime's delay queue panics beyond ~795 days (kube-rs issue 1772,
-            // clamped there too since 5.0, but not ours to rely on); look again within the hour.
-            Some(d) => Ok(ttl_requeue(d)),
-            None => Ok(Action::await_change()),
-        };
-    }
-
-    // The pod cache must have its first list before "no pod" can mean anything.
-    let _ = tokio::time::timeout(Duration::from_secs(30), ctx.pods.wait_until_ready()).await;
-    let container = spec.container.as_deref();
-    // The target: named, or chosen by the selector once (recorded in status.podName before the
-    // start, which waits for the next reconcile so that the choice is stored first).
-    let (target, chosen_now) = match (&known_pod, &spec.pod_selector) {
-        (Some(n), _) => (n.clone(), false),
-        (None, Some(sel)) => {
-            let pods = ctx.pods.state();
-            match pod::choose(pods.iter().map(|p| p.as_ref()), &ns, sel, container) {
-                Some(n) => {
-                    info!(pod = %n, "podSelector chose a pod");
-                    (n, true)
-                }
-                None => (String::new(), false),
-            }
-        }
-        (None, None) => (String::new(), false),
-    };
-    let mut pod = (!target.is_empty())
-        .then(|| ctx.pods.get(&ObjectRef::<Pod>::new(&target).within(&ns)))
-        .flatten()
-        .map(|p| pod::facts(&p, container));
-    let started = status::is_started(&prev);
-    if started && pod.as_ref().map(|p| p.uid.as_str()) != prev.pod_uid.as_deref() {
-        // Gone or replaced per the cache: confirm with the API server before a final verdict.
-        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-        pod = pods
-            .get_opt(&target)
-            .await?
-            .map(|p| pod::facts(&p, container));
-    }
-    let invalid = spec.validate().err();
-
-    let mut agent = AgentView::NotAsked;
-    if started {
-        let (view, url) = lookup(ctx, prev.node_name.as_deref(), &uid).await;
-        agent = view;
-        // stop: true → the stop sequence, once (the agent records that it was requested).
-        if let (true, AgentView::Record(r), Some(url)) = (spec.stop, &agent, &url) {
-            if !r.is_final() && !r.stop_requested {
-                let grace = spec.termination_grace_period_seconds.max(0) as u64;
-                info!(grace, "stop requested; stopping the process");
-                match ctx.agents.client.stop(url, &uid, grace).await {
-                    Ok(rec) => {
-                        ctx.agents.remember(url, &rec);
-                        agent = AgentView::Record(Box::new(rec));
-                    }
-                    Err(e @ AgentError::Unreachable { .. }) => {
-                        agent = unreachable_view(ctx, url, &e)
-                    }
-                    Err(e) => warn!(error = %e, "stopping the process"),
-                }
-            }
-        }
-    } else if let Some(p) = pod.as_ref().filter(|p| {
-        invalid.is_none()
-            && !chosen_now
-            && !spec.stop
-            && pod::can_start(p)
-            && status::start_refusal(
-                spec,
-                &prev,
-                Some(p),
-                obj.metadata.creation_timestamp.as_ref(),
-                &now,
-            )
-            .is_none()
-    }) {
-        let node = p.node_name.clone().unwrap_or_default();
-        agent = match ctx.agents.url_for_node(&node) {
-            None => AgentView::Unreachable {
-                since: ctx.agents.missing_since(&node),
-                message: format!("no agent pod on node {node}"),
-            },
-            Some(url) => {
-                let status::ContainerFacts::Found { name: cname, .. } = &p.container else {
-                    unreachable!("can_start checked the container")
-                };
-                match envfrom::resolve(&ctx.client, &ns, spec).await {
-                    Err(u) => AgentView::Retrying {
-                        reason: u.reason.into(),
-                        message: u.message,
-                    },
-                    Ok(from_sources) => {
-                        let req = crd::start_request(spec, &uid, &p.uid, cname, &from_sources);
-                        info!(node = %node, container = %cname, "starting the process");
-                        match ctx.agents.client.start(&url, &req).await {
-                            Ok(rec) => {
-                                ctx.agents.mark_reachable(&url);
-                                ctx.agents.remember(&url, &rec);
-                                AgentView::Record(Box::new(rec))
-                            }
-                            // Interrupted is not a verdict on the process: try again.
-                            Err(AgentError::Api { error, .. })
-                                if error.code != ErrorCode::OperationInterrupted =>
-                            {
-                                ctx.agents.mark_reachable(&url);
-                                // The pod says the container runs, the runtime may not agree yet (or
-                                // it is restarting): ask again for a while before calling it final.
-                                let transient = matches!(
-                                    error.code,
-                                    ErrorCode::ContainerNotFound | ErrorCode::ContainerUnavailable
-                                );
-                                let since = ctx.memo.rejected_since(&uid);
-                                if error.code == ErrorCode::TooManyRequests {
-                                    // The node is at its process cap: wait for room (the start deadline
-                                    // bounds the wait).
-                                    AgentView::Retrying {
-                                        reason: "NodeAtCapacity".into(),
-                                        message: error.message,
-                                    }
-                                } else if transient && since.elapsed() < settings.agent_grace {
-                                    AgentView::Retrying {
-                                        reason: "ContainerNotReady".into(),
-                                        message: format!(
-                                            "{}: {}; retrying",
-                                            error.code, error.message
-                                        ),
-                                    }
-                                } else {
-                                    AgentView::Rejected(error)
-                                }
-                            }
-                            Err(e) => unreachable_view(ctx, &url, &e),
-                        }
-                    }
-                }
-            }
-        };
-    }
-
-    let held_output = ctx.memo.output_due(&uid, OUTPUT_REFRESH);
-    let facts = Facts {
-        generation: obj.metadata.generation,
-        spec,
-        prev: &prev,
-        pod_name: &target,
-        pod: pod.as_ref(),
-        created: obj.metadata.creation_timestamp.as_ref(),
-        agent: &agent,
-        invalid: invalid.as_ref(),
-        now: now.clone(),
-        agent_grace: settings.agent_grace,
-        output_due: held_output.is_none(),
-    };
-    let next = status::compute(&facts);
-    // Output and usage held back for now (written at most every OUTPUT_REFRESH): look again when
-    // they are due, or a change that no event follows (a sleeping process's first usage sample)
-    // would never reach the status.
-    let held_back = held_output.is_some()
-        && status::compute(&Facts {
-            output_due: true,
-            ..facts
-        }) != next;
-    if next != prev {
-        write_status(ctx, api, &name, &next).await?;
-        if next.output != prev.output {
-            ctx.memo.output_written(&uid);
-        }
-    }
-    for note in status::transitions(&prev, &next) {
-        publish(ctx, &obj, note).await;
-    }
-    ctx.metrics.set_phase(&uid, next.phase);
-    if status::is_final(&next) {
-        ctx.memo.ended(&uid);
-        ctx.agents.release(&uid);
-        return Ok(Action::await_change());
-    }
-
-    // When to look again without being told: the watches (object, pod, agent) drive everything
-    // else; these cover timers.
-    let action = match (&agent, held_output) {
-        (_, Some(left)) if held_back => Action::requeue(left + Duration::from_millis(50)),
-        (AgentView::Retrying { reason, .. }, _) if reason == "NodeAtCapacity" => {
-            Action::requeue(Duration::from_secs(10))
-        }
-        // Waiting for a Secret or ConfigMap (env valueFrom): each look is a GET.
-        (AgentView::Retrying { reason, .. }, _) if envfrom::REASONS.contains(&reason.as_str()) => {
-            Action::requeue(Duration::from_secs(5))
-        }
-        (AgentView::Retrying { .. }, _) => Action::requeue(Duration::from_secs(2)),
-        (AgentView::Unreachable { .. }, _) => Action::requeue(Duration::from_secs(5)),
-        _ if next.phase == Some(Phase::Pending) => {
-            let deadline =
-                status::start_deadline_left(spec, obj.metadata.creation_timestamp.as_ref(), &now)
-                    .map_or(PENDING_RECHECK, |left| {
-                        left.saturating_add(Duration::from_millis(500))
-                    });
-            Action::requeue(deadline.min(PENDING_RECHECK))
-        }
-        _ => Action::requeue(Duration::from_secs(300)),
-    };
-    Ok(action)
-}
-
-async fn write_status(
-    ctx: &Context,
-    api: &Api<SandboxProcess>,
-    name: &str,
-    status: &SandboxProcessStatus,
-) -> Result<(), Error> {
-    let patch = serde_json::json!({
-        "apiVersion": crd::API_VERSION,
-        "kind": crd::KIND,
-        "status": status,
-    });
-    // A wedged API server must not hold a reconcile worker: the write is retried with backoff.
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let patch = Patch::Apply(&patch);
-    let write = api.patch_status(name, &params, &patch);
-    match tokio::time::timeout(STATUS_WRITE_TIMEOUT, write).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            ctx.metrics.status_write_failed("kube");
-            return Err(e.into());
-        }
-        Err(_) => {
-            ctx.metrics.status_write_failed("timeout");
-            return Err(Error::StatusWriteTimeout(STATUS_WRITE_TIMEOUT));
-        }
-    }
-    ctx.metrics.status_written();
-    debug!(phase = ?status.phase, "status written");
-    Ok(())
-}
-
-async fn publish(ctx: &Context, obj: &SandboxProcess, note: status::Note) {
-    let action = if note.reason == "Started" {
-        "Start"
-    } else {
-        "Observe"
-    };
-    let ev = Event {
-        type_: if note.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: note.reason.into(),
-        note: Some(truncate(&note.message, 1000)),
-        action: action.into(),
-        secondary: None,
-    };
-    info!(reason = note.reason, message = %note.message, "event");
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
-    if let Err(e) = recorder.publish(&ev, &obj.object_ref(&())).await {
-        warn!(error = %e, reason = note.reason, "publishing an event");
-    }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    s[..cut].to_string()
 }
 
 /// Deletion: stop the process and have the agent forget it; let go at once when the pod or node
@@ -661,7 +283,7 @@ async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Option<Actio
     match ctx.agents.client.forget(&url, &uid, timeout).await {
         Ok(()) => {
             if running {
-                publish(
+                crate::writer::publish(
                     ctx,
                     &obj,
                     status::Note {
@@ -892,6 +514,7 @@ fn is_uid(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sandbox_api::crd::SandboxProcessStatus;
 
     /// A panic in one object's reconcile becomes that object's error (with its metric label),
     /// and the next reconcile runs normally.

@@ -1,7 +1,9 @@
 //! The SandboxProcess operator: the controller ([`controller`]), the pure status computation
 //! ([`status`]), the agent client and watches ([`agent`]), leader election ([`lease`]), what is remembered per object ([`memo`]), metrics
 //! ([`metrics`]) and the CRD generator ([`crdgen`]).
+pub mod act;
 pub mod agent;
+pub mod apply;
 pub mod controller;
 pub mod crdgen;
 pub mod envfrom;
@@ -11,3 +13,4 @@ pub mod metrics;
 pub mod pod;
 pub mod status;
 pub mod subresources;
+pub mod writer;

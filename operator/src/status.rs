@@ -11,10 +11,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use sandbox_api::crd::{
-    condition, EndReason, ErrorCode, ExitStatus, Invalid, LogMatchStatus, OutputStatus, Phase,
-    ProcessError, SandboxProcessSpec, SandboxProcessStatus, UsageStatus,
-    DEFAULT_START_DEADLINE_SECONDS,
+    condition, EndReason, ErrorCode, ExitStatus, LogMatchStatus, OutputStatus, Phase, ProcessError,
+    SandboxProcessSpec, SandboxProcessStatus, UsageStatus, DEFAULT_START_DEADLINE_SECONDS,
 };
+use sandbox_api::validate::Violation;
 use sandbox_api::wire::{self, ProcessRecord};
 
 /// The pod named by `spec.podName`, as far as the process is concerned.
@@ -98,7 +98,7 @@ pub struct Facts<'a> {
     pub created: Option<&'a Time>,
     pub agent: &'a AgentView,
     /// The spec breaks a rule (objects written before the rule existed; regex syntax).
-    pub invalid: Option<&'a Invalid>,
+    pub invalid: Option<&'a Violation>,
     pub now: Time,
     /// How long the agent may be unreachable before the status says so.
     pub agent_grace: Duration,
@@ -277,12 +277,9 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
         s.ready_at = parse_time(r.ready_at.as_deref()).or(s.ready_at);
         let due = r.is_final() || f.output_due || s.output.is_none();
         if due {
-            s.output = Some(output(&r.output));
+            s.output = Some(OutputStatus::from(&r.output));
             if let Some(u) = &r.usage {
-                s.usage = Some(UsageStatus {
-                    memory_peak_bytes: u.memory_peak_bytes.min(i64::MAX as u64) as i64,
-                    cpu_time_millis: (u.cpu_nanos / 1_000_000) as i64,
-                });
+                s.usage = Some(UsageStatus::from(u));
             }
         }
         // While the root is gone and others run, the count is why the object is still Running:
@@ -293,10 +290,7 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
         }
         s.root_exited = r.root_exited && !r.is_final();
         if let Some(m) = &r.log_match {
-            s.log_match = Some(LogMatchStatus {
-                line: m.line.clone(),
-                cursor: m.cursor.clone(),
-            });
+            s.log_match = Some(LogMatchStatus::from(m));
         }
     }
 
@@ -329,7 +323,7 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
         };
         if let Some((reason, message)) = stale {
             if let Some(r) = record.filter(|r| r.is_final()) {
-                s.exit = r.exit.as_ref().map(exit);
+                s.exit = r.exit.clone();
                 s.finished_at = parse_time(r.finished_at.as_deref());
             }
             return Some(stale_handle(s, reason, message, now));
@@ -382,18 +376,6 @@ fn compute_inner(f: &Facts<'_>, now: &Time) -> Option<(SandboxProcessStatus, Out
         }
         // Started but not asked (cannot happen in the controller): keep what is stored.
         AgentView::NotAsked | AgentView::Rejected(_) | AgentView::Retrying { .. } => None,
-    }
-}
-
-/// The error code of a spec the API server let through: the one the agent would give for the
-/// same mistake (environment, working directory), else `ProcessSpawnFailed`.
-fn invalid_spec_code(inv: &Invalid) -> ErrorCode {
-    if inv.field.starts_with("env") {
-        ErrorCode::InvalidProcessEnvironment
-    } else if inv.field == "workingDir" {
-        ErrorCode::InvalidProcessCwd
-    } else {
-        ErrorCode::ProcessSpawnFailed
     }
 }
 
@@ -491,7 +473,8 @@ fn not_started(f: &Facts<'_>, now: &Time) -> (SandboxProcessStatus, Outcome) {
         )
     };
     if let Some(inv) = f.invalid {
-        return error(invalid_spec_code(inv), format!("invalid spec: {inv}"));
+        let code = ErrorCode::from_wire(inv.code).unwrap_or(ErrorCode::ProcessSpawnFailed);
+        return error(code, format!("invalid spec: {inv}"));
     }
     if f.spec.stop {
         let message = "stop was requested before the process started; it was never started";
@@ -621,34 +604,6 @@ fn stale_handle(
     )
 }
 
-fn output(o: &wire::OutputSummary) -> OutputStatus {
-    OutputStatus {
-        stdout_bytes: o.stdout_bytes.min(i64::MAX as u64) as i64,
-        stderr_bytes: o.stderr_bytes.min(i64::MAX as u64) as i64,
-        tail: o.tail.clone(),
-    }
-}
-
-fn exit(e: &wire::ExitStatus) -> ExitStatus {
-    ExitStatus {
-        code: e.code,
-        signal: e.signal,
-        timed_out: e.timed_out,
-    }
-}
-
-fn end_reason(r: wire::EndReason) -> EndReason {
-    match r {
-        wire::EndReason::Exited => EndReason::Exited,
-        wire::EndReason::Signaled => EndReason::Signaled,
-        wire::EndReason::TimedOut => EndReason::TimedOut,
-        wire::EndReason::Stopped => EndReason::Stopped,
-        wire::EndReason::OOMKilled => EndReason::OOMKilled,
-        wire::EndReason::ContainerExited => EndReason::ContainerExited,
-        wire::EndReason::Lost => EndReason::Lost,
-    }
-}
-
 fn describe_exit(e: &ExitStatus, reason: Option<EndReason>) -> String {
     let how = match e.signal {
         Some(sig) => format!("killed by signal {sig} (code {})", e.code),
@@ -695,8 +650,8 @@ fn from_record(
         }
         wire::Phase::Exited | wire::Phase::Error => {
             s.finished_at = parse_time(r.finished_at.as_deref()).or_else(|| Some(now.clone()));
-            s.exit = r.exit.as_ref().map(exit);
-            s.end_reason = r.end_reason.map(end_reason);
+            s.exit = r.exit.clone();
+            s.end_reason = r.end_reason.map(EndReason::from);
             if let Some(e) = &r.error {
                 let code = ErrorCode::from_wire(e.code).unwrap_or(ErrorCode::ProcessSpawnFailed);
                 s.phase = Some(Phase::Error);

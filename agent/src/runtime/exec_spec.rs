@@ -6,50 +6,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+use sandbox_api::validate::Valid;
 use sandbox_api::wire::{EnvVar, StartRequest};
 use serde_json::{json, Value};
 
 use crate::error::AgentError;
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-pub fn validate_env(env: &[EnvVar]) -> Result<(), AgentError> {
-    for (i, e) in env.iter().enumerate() {
-        let why = if e.name.is_empty() {
-            Some("name is empty")
-        } else if e.name.contains('=') {
-            Some("name contains '='")
-        } else if e.name.contains('\0') || e.value.contains('\0') {
-            Some("contains a NUL byte")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(AgentError::InvalidProcessEnvironment(format!(
-                "env[{i}] ({:?}): {why}",
-                e.name
-            )));
-        }
-    }
-    Ok(())
-}
-
-pub fn validate_command(cmd: &[String]) -> Result<(), AgentError> {
-    match cmd.first() {
-        None => Err(AgentError::InvalidRequest(
-            "command: must have at least one item".into(),
-        )),
-        Some(a) if a.is_empty() => Err(AgentError::InvalidRequest(
-            "command[0]: must not be empty".into(),
-        )),
-        _ => match cmd.iter().position(|a| a.contains('\0')) {
-            Some(i) => Err(AgentError::InvalidRequest(format!(
-                "command[{i}]: contains a NUL byte"
-            ))),
-            None => Ok(()),
-        },
-    }
-}
 
 /// Container env with the overlay applied: same name replaces in place, new names append.
 pub fn merge_env(base: &[String], overlay: &[EnvVar]) -> Vec<String> {
@@ -66,9 +29,12 @@ pub fn merge_env(base: &[String], overlay: &[EnvVar]) -> Vec<String> {
 }
 
 /// Builds the OCI process for the exec from the container's spec.
-pub fn build_process(container_spec: &Value, req: &StartRequest) -> Result<Value, AgentError> {
-    validate_command(&req.command)?;
-    validate_env(&req.env)?;
+/// Takes only a request that passed the door (`sandbox_api::validate::start`): nothing is checked
+/// twice.
+pub fn build_process(
+    container_spec: &Value,
+    req: &Valid<StartRequest>,
+) -> Result<Value, AgentError> {
     let mut process = container_spec
         .get("process")
         .cloned()
@@ -316,13 +282,22 @@ mod tests {
         .unwrap()
     }
 
+    fn valid(r: StartRequest) -> Valid<StartRequest> {
+        sandbox_api::validate::start(r).unwrap()
+    }
+
+    /// What the agent's door answers for a request.
+    fn door(r: StartRequest) -> AgentError {
+        sandbox_api::validate::start(r).unwrap_err().into()
+    }
+
     #[test]
     fn overlay_replaces_and_appends() {
         let spec = json!({"process": {"args": ["sleep"], "env": ["PATH=/bin", "A=1"], "cwd": "/srv",
             "user": {"uid": 1000, "gid": 1000}, "capabilities": {"bounding": []}, "terminal": true}});
         let p = build_process(
             &spec,
-            &req(vec![
+            &valid(req(vec![
                 EnvVar {
                     name: "A".into(),
                     value: "2".into(),
@@ -331,7 +306,7 @@ mod tests {
                     name: "B".into(),
                     value: "x=y".into(),
                 },
-            ]),
+            ])),
         )
         .unwrap();
         assert_eq!(p["env"], json!(["PATH=/bin", "A=2", "B=x=y"]));
@@ -344,14 +319,11 @@ mod tests {
     #[test]
     fn bad_env_names_the_entry() {
         for (name, frag) in [("", "env[0]"), ("A=B", "'='")] {
-            let err = build_process(
-                &json!({"process": {}}),
-                &req(vec![EnvVar {
-                    name: name.into(),
-                    value: "v".into(),
-                }]),
-            )
-            .unwrap_err();
+            let err = door(req(vec![EnvVar {
+                name: name.into(),
+                value: "v".into(),
+            }]));
+            assert_eq!(err.http_status(), 400);
             assert_eq!(
                 err.code(),
                 sandbox_api::wire::ErrorCode::InvalidProcessEnvironment
@@ -371,14 +343,17 @@ mod tests {
         ] {
             let mut r = req(vec![]);
             r.working_dir = Some(cwd.into());
-            let err = build_process(&json!({"process": {}}), &r).unwrap_err();
+            let err = build_process(&json!({"process": {}}), &valid(r)).unwrap_err();
             assert_eq!(err.code(), sandbox_api::wire::ErrorCode::InvalidProcessCwd);
             assert!(err.to_string().contains("magic links"), "{cwd}: {err}");
         }
         for fine in ["/procs", "/srv/proc", "/"] {
             let mut r = req(vec![]);
             r.working_dir = Some(fine.into());
-            assert!(build_process(&json!({"process": {}}), &r).is_ok(), "{fine}");
+            assert!(
+                build_process(&json!({"process": {}}), &valid(r)).is_ok(),
+                "{fine}"
+            );
         }
     }
 
@@ -386,8 +361,9 @@ mod tests {
     fn relative_cwd_rejected() {
         let mut r = req(vec![]);
         r.working_dir = Some("tmp".into());
-        let err = build_process(&json!({"process": {}}), &r).unwrap_err();
+        let err = door(r);
         assert_eq!(err.code(), sandbox_api::wire::ErrorCode::InvalidProcessCwd);
+        assert_eq!(err.to_string(), "spec.workingDir: must be an absolute path");
     }
 
     #[test]

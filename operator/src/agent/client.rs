@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use sandbox_api::validate::Valid;
 use sandbox_api::wire::{
     ApiError, ErrorCode, LogQuery, ProcessRecord, SignalRequest, StartRequest,
 };
@@ -97,12 +98,17 @@ impl AgentClient {
     }
 
     /// Starts the process (idempotent on `execId`: an existing process is returned).
-    pub async fn start(&self, url: &str, req: &StartRequest) -> Result<ProcessRecord, AgentError> {
+    /// Only a request that passed `validate::start` is sent: the agent's door would refuse others.
+    pub async fn start(
+        &self,
+        url: &str,
+        req: &Valid<StartRequest>,
+    ) -> Result<ProcessRecord, AgentError> {
         let r = self
             .http
             .post(format!("{url}/v1/processes"))
             .timeout(Duration::from_secs(60))
-            .json(req);
+            .json(&**req);
         let resp = self.send(url, r).await?;
         Self::record(resp, url).await
     }

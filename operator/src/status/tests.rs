@@ -302,10 +302,7 @@ fn start_retried_stays_pending() {
 fn invalid_spec_is_error_naming_the_field() {
     let spec = spec();
     let run = |field: &str, message: &str| {
-        let invalid = Invalid {
-            field: field.into(),
-            message: message.into(),
-        };
+        let invalid = Violation::new(field, message);
         compute(&Facts {
             generation: Some(1),
             spec: &spec,

@@ -1,0 +1,378 @@
+//! One reconcile of a live object: gather the facts (the copy is current, the target pod, the
+//! spec's validity, the agent's record), act (start once / stop once, `act`), compute the status
+//! (`status::compute`, pure), write it (`writer`), and say when to look again.
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use sandbox_api::convert::{self, Target};
+use sandbox_api::crd::{Phase, SandboxProcess, SandboxProcessStatus};
+use sandbox_api::validate::{self, Valid, Violation};
+use sandbox_api::wire::StartRequest;
+use tracing::{debug, info};
+
+use crate::act::Actor;
+use crate::controller::{now, ttl_requeue, Context, Error, OUTPUT_REFRESH, PENDING_RECHECK};
+use crate::envfrom;
+use crate::memo::CachedCopy;
+use crate::pod;
+use crate::status::{self, AgentView, ContainerFacts, Facts, PodFacts};
+use crate::writer;
+
+pub async fn apply(
+    obj: Arc<SandboxProcess>,
+    ctx: &Context,
+    api: &Api<SandboxProcess>,
+) -> Result<Action, Error> {
+    let uid = obj.uid().ok_or(Error::Incomplete("uid"))?;
+    let prev = obj.status.clone().unwrap_or_default();
+    let now = now();
+    if ctx.memo.judge_copy(&uid, status::is_final(&prev)) == CachedCopy::PredatesOurFinal {
+        // Our final status is not in this copy yet: look again once the cache has caught up.
+        debug!("cached copy predates our final status; waiting for the cache");
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if status::is_final(&prev) {
+        return finished(&obj, ctx, api, &prev, &now).await;
+    }
+    let (target, chosen_now, pod) = target_pod(&obj, ctx, &prev).await?;
+    let spec = &obj.spec;
+    let invalid = validate::spec(spec).err();
+    let actor = Actor {
+        agents: &ctx.agents,
+        api: &ctx.agents.client,
+        memo: &ctx.memo,
+        agent_grace: ctx.settings.agent_grace,
+    };
+    let mut agent = AgentView::NotAsked;
+    if status::is_started(&prev) {
+        let (view, url) = actor.lookup(prev.node_name.as_deref(), &uid).await;
+        agent = match (spec.stop, url) {
+            (true, Some(url)) => {
+                let grace = spec.termination_grace_period_seconds.max(0) as u64;
+                actor.stop_once(view, &url, &uid, grace).await
+            }
+            _ => view,
+        };
+    } else if let Some(p) = pod.as_ref().filter(|p| {
+        invalid.is_none()
+            && !chosen_now
+            && !spec.stop
+            && pod::can_start(p)
+            && status::start_refusal(
+                spec,
+                &prev,
+                Some(p),
+                obj.metadata.creation_timestamp.as_ref(),
+                &now,
+            )
+            .is_none()
+    }) {
+        agent = match request(ctx, &obj, &uid, p).await {
+            Ok(req) => {
+                let node = p.node_name.as_deref().unwrap_or_default();
+                actor.start_once(node, &req).await
+            }
+            Err(view) => view,
+        };
+    }
+
+    let held_output = ctx.memo.output_due(&uid, OUTPUT_REFRESH);
+    let facts = Facts {
+        generation: obj.metadata.generation,
+        spec,
+        prev: &prev,
+        pod_name: &target,
+        pod: pod.as_ref(),
+        created: obj.metadata.creation_timestamp.as_ref(),
+        agent: &agent,
+        invalid: invalid.as_ref(),
+        now: now.clone(),
+        agent_grace: ctx.settings.agent_grace,
+        output_due: held_output.is_none(),
+    };
+    let next = status::compute(&facts);
+    // Output and usage held back for now (written at most every OUTPUT_REFRESH): look again when
+    // they are due, or a change that no event follows (a sleeping process's first usage sample)
+    // would never reach the status.
+    let held_back = held_output.filter(|_| {
+        status::compute(&Facts {
+            output_due: true,
+            ..facts
+        }) != next
+    });
+    writer::write(ctx, api, &obj, &prev, &next).await?;
+    if status::is_final(&next) {
+        ctx.memo.ended(&uid);
+        ctx.agents.release(&uid);
+        return Ok(Action::await_change());
+    }
+    let deadline =
+        status::start_deadline_left(spec, obj.metadata.creation_timestamp.as_ref(), &now);
+    Ok(next_action(&agent, held_back, next.phase, deadline))
+}
+
+/// The start request for the pod: values from Secrets and ConfigMaps read now, the whole request
+/// checked as the agent's door will check it. `Err`: the view that says why not yet.
+async fn request(
+    ctx: &Context,
+    obj: &SandboxProcess,
+    uid: &str,
+    p: &PodFacts,
+) -> Result<Valid<StartRequest>, AgentView> {
+    let ContainerFacts::Found {
+        name: container, ..
+    } = &p.container
+    else {
+        unreachable!("can_start checked the container")
+    };
+    let ns = obj.namespace().unwrap_or_default();
+    let from_sources = envfrom::resolve(&ctx.client, &ns, &obj.spec)
+        .await
+        .map_err(|u| AgentView::Retrying {
+            reason: u.reason.into(),
+            message: u.message,
+        })?;
+    let target = Target {
+        exec_id: uid,
+        pod_uid: &p.uid,
+        container: container.as_str(),
+    };
+    convert::start_request(&obj.spec, target, &from_sources)
+        .and_then(validate::start)
+        .map_err(|v: Violation| {
+            AgentView::Rejected(sandbox_api::wire::ApiError {
+                code: v.code,
+                message: v.to_string(),
+            })
+        })
+}
+
+/// The pod the process runs in: named, or chosen by the selector once (recorded in
+/// `status.podName` before the start, which waits for the next reconcile so that the choice is
+/// stored first). Returns (name, chosen now, its facts).
+async fn target_pod(
+    obj: &SandboxProcess,
+    ctx: &Context,
+    prev: &SandboxProcessStatus,
+) -> Result<(String, bool, Option<PodFacts>), Error> {
+    let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let spec = &obj.spec;
+    // The pod cache must have its first list before "no pod" can mean anything.
+    let _ = tokio::time::timeout(Duration::from_secs(30), ctx.pods.wait_until_ready()).await;
+    let container = spec.container.as_deref();
+    let (target, chosen_now) = match (known_pod(obj, prev), &spec.pod_selector) {
+        (Some(n), _) => (n, false),
+        (None, Some(sel)) => {
+            let pods = ctx.pods.state();
+            match pod::choose(pods.iter().map(|p| p.as_ref()), &ns, sel, container) {
+                Some(n) => {
+                    info!(pod = %n, "podSelector chose a pod");
+                    (n, true)
+                }
+                None => (String::new(), false),
+            }
+        }
+        (None, None) => (String::new(), false),
+    };
+    let mut pod = (!target.is_empty())
+        .then(|| ctx.pods.get(&ObjectRef::<Pod>::new(&target).within(&ns)))
+        .flatten()
+        .map(|p| pod::facts(&p, container));
+    if status::is_started(prev) && pod.as_ref().map(|p| p.uid.as_str()) != prev.pod_uid.as_deref() {
+        // Gone or replaced per the cache: confirm with the API server before a final verdict.
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        pod = pods
+            .get_opt(&target)
+            .await?
+            .map(|p| pod::facts(&p, container));
+    }
+    Ok((target, chosen_now, pod))
+}
+
+/// The pod named, or the one the selector chose earlier.
+fn known_pod(obj: &SandboxProcess, prev: &SandboxProcessStatus) -> Option<String> {
+    if obj.spec.pod_name.is_empty() {
+        prev.pod_name.clone()
+    } else {
+        Some(obj.spec.pod_name.clone())
+    }
+}
+
+/// A final status: kept as it is (only recomputed for a new generation), and the object deleted
+/// once `ttlSecondsAfterFinished` has passed.
+async fn finished(
+    obj: &SandboxProcess,
+    ctx: &Context,
+    api: &Api<SandboxProcess>,
+    prev: &SandboxProcessStatus,
+    now: &Time,
+) -> Result<Action, Error> {
+    let uid = obj.uid().unwrap_or_default();
+    ctx.agents.release(&uid);
+    let known = known_pod(obj, prev);
+    let next = status::compute(&Facts {
+        generation: obj.metadata.generation,
+        spec: &obj.spec,
+        prev,
+        pod_name: known.as_deref().unwrap_or_default(),
+        pod: None,
+        created: obj.metadata.creation_timestamp.as_ref(),
+        agent: &AgentView::NotAsked,
+        invalid: None,
+        now: now.clone(),
+        agent_grace: ctx.settings.agent_grace,
+        output_due: false,
+    });
+    if next != *prev {
+        writer::write_status(ctx, api, &obj.name_any(), &next).await?;
+    }
+    ctx.metrics.set_phase(&uid, next.phase);
+    match status::ttl_remaining(&obj.spec, &next, now) {
+        Some(d) if d.is_zero() => {
+            info!("ttlSecondsAfterFinished passed; deleting");
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(&obj.name_any(), &dp).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            Ok(Action::await_change())
+        }
+        Some(d) => Ok(ttl_requeue(d)),
+        None => Ok(Action::await_change()),
+    }
+}
+
+/// When to look again without being told: the watches (object, pod, agent) drive everything
+/// else; these cover timers. `held_back`: output not written yet, due in that long.
+pub fn next_action(
+    agent: &AgentView,
+    held_back: Option<Duration>,
+    phase: Option<Phase>,
+    start_deadline_left: Option<Duration>,
+) -> Action {
+    match (agent, held_back) {
+        (_, Some(left)) => Action::requeue(left + Duration::from_millis(50)),
+        (AgentView::Retrying { reason, .. }, _) if reason == "NodeAtCapacity" => {
+            Action::requeue(Duration::from_secs(10))
+        }
+        // Waiting for a Secret or ConfigMap (env valueFrom): each look is a GET.
+        (AgentView::Retrying { reason, .. }, _) if envfrom::REASONS.contains(&reason.as_str()) => {
+            Action::requeue(Duration::from_secs(5))
+        }
+        (AgentView::Retrying { .. }, _) => Action::requeue(Duration::from_secs(2)),
+        (AgentView::Unreachable { .. }, _) => Action::requeue(Duration::from_secs(5)),
+        _ if phase == Some(Phase::Pending) => {
+            let deadline = start_deadline_left.map_or(PENDING_RECHECK, |left| {
+                left.saturating_add(Duration::from_millis(500))
+            });
+            Action::requeue(deadline.min(PENDING_RECHECK))
+        }
+        _ => Action::requeue(Duration::from_secs(300)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_to_look_again() {
+        let retrying = |reason: &str| AgentView::Retrying {
+            reason: reason.into(),
+            message: String::new(),
+        };
+        let unreachable = AgentView::Unreachable {
+            since: now(),
+            message: String::new(),
+        };
+        let s = Duration::from_secs;
+        type Case = (
+            AgentView,
+            Option<Duration>,
+            Option<Phase>,
+            Option<Duration>,
+            Duration,
+        );
+        let cases: Vec<Case> = vec![
+            // Held-back output is written when due, whatever else waits.
+            (
+                retrying("NodeAtCapacity"),
+                Some(s(3)),
+                Some(Phase::Running),
+                None,
+                Duration::from_millis(3050),
+            ),
+            (
+                retrying("NodeAtCapacity"),
+                None,
+                Some(Phase::Pending),
+                None,
+                s(10),
+            ),
+            (
+                retrying(envfrom::REASONS[0]),
+                None,
+                Some(Phase::Pending),
+                None,
+                s(5),
+            ),
+            (
+                retrying("ContainerNotReady"),
+                None,
+                Some(Phase::Pending),
+                None,
+                s(2),
+            ),
+            (unreachable, None, Some(Phase::Running), None, s(5)),
+            // Pending: at the start deadline (plus a little), at most every PENDING_RECHECK.
+            (
+                AgentView::NotAsked,
+                None,
+                Some(Phase::Pending),
+                Some(s(4)),
+                Duration::from_millis(4500),
+            ),
+            (
+                AgentView::NotAsked,
+                None,
+                Some(Phase::Pending),
+                Some(s(600)),
+                PENDING_RECHECK,
+            ),
+            (
+                AgentView::NotAsked,
+                None,
+                Some(Phase::Pending),
+                None,
+                PENDING_RECHECK,
+            ),
+            (
+                AgentView::NotAsked,
+                None,
+                Some(Phase::Running),
+                None,
+                s(300),
+            ),
+        ];
+        for (agent, held, phase, deadline, want) in cases {
+            assert_eq!(
+                next_action(&agent, held, phase, deadline),
+                Action::requeue(want),
+                "{agent:?} {held:?} {phase:?} {deadline:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The status writer: one server-side-apply patch with a timeout, counted in metrics, then the
+//! Events for the transitions and the phase gauge.
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource, ResourceExt};
+use sandbox_api::crd::{self, SandboxProcess, SandboxProcessStatus};
+use tracing::{debug, info, warn};
+
+use crate::controller::{Context, Error, FIELD_MANAGER};
+use crate::status;
+
+/// How long one status write may take before the reconcile gives up and retries with backoff.
+const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Writes `next` when it differs from `prev`, publishes the transitions' Events, sets the phase
+/// gauge.
+pub async fn write(
+    ctx: &Context,
+    api: &Api<SandboxProcess>,
+    obj: &SandboxProcess,
+    prev: &SandboxProcessStatus,
+    next: &SandboxProcessStatus,
+) -> Result<(), Error> {
+    let uid = obj.uid().unwrap_or_default();
+    if next != prev {
+        write_status(ctx, api, &obj.name_any(), next).await?;
+        if next.output != prev.output {
+            ctx.memo.output_written(&uid);
+        }
+    }
+    for note in status::transitions(prev, next) {
+        publish(ctx, obj, note).await;
+    }
+    ctx.metrics.set_phase(&uid, next.phase);
+    Ok(())
+}
+
+pub async fn write_status(
+    ctx: &Context,
+    api: &Api<SandboxProcess>,
+    name: &str,
+    status: &SandboxProcessStatus,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "apiVersion": crd::API_VERSION,
+        "kind": crd::KIND,
+        "status": status,
+    });
+    // A wedged API server must not hold a reconcile worker: the write is retried with backoff.
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let patch = Patch::Apply(&patch);
+    let write = api.patch_status(name, &params, &patch);
+    match tokio::time::timeout(STATUS_WRITE_TIMEOUT, write).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            ctx.metrics.status_write_failed("kube");
+            return Err(e.into());
+        }
+        Err(_) => {
+            ctx.metrics.status_write_failed("timeout");
+            return Err(Error::StatusWriteTimeout(STATUS_WRITE_TIMEOUT));
+        }
+    }
+    ctx.metrics.status_written();
+    debug!(phase = ?status.phase, "status written");
+    Ok(())
+}
+
+pub async fn publish(ctx: &Context, obj: &SandboxProcess, note: status::Note) {
+    let action = if note.reason == "Started" {
+        "Start"
+    } else {
+        "Observe"
+    };
+    let ev = Event {
+        type_: if note.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: note.reason.into(),
+        note: Some(truncate(&note.message, 1000)),
+        action: action.into(),
+        secondary: None,
+    };
+    info!(reason = note.reason, message = %note.message, "event");
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &obj.object_ref(&())).await {
+        warn!(error = %e, reason = note.reason, "publishing an event");
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s[..cut].to_string()
+}
