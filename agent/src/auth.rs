@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -107,11 +108,27 @@ pub struct TokenReviewer {
     pub audience: String,
     /// `system:serviceaccount:<namespace>:<name>`
     pub allowed_user: String,
+    reviews: Box<dyn Reviews>,
+    memory: Mutex<Memory>,
+}
+
+/// Asks the API server about a token: the `status` of a TokenReview for `audience` (`Err`: no
+/// answer, which is not a verdict on the token). A trait so that the whole admission decision
+/// (cache, budget, verdict) has table tests without an API server.
+pub trait Reviews: Send + Sync {
+    fn status<'a>(
+        &'a self,
+        token: &'a str,
+        audience: &'a str,
+    ) -> BoxFuture<'a, Result<serde_json::Value, AgentError>>;
+}
+
+/// The API server's TokenReview endpoint, called with the agent's own token.
+struct ApiServer {
     api: String,
-    /// Credentials for the TokenReview call itself (re-read: kubelet rotates projected tokens).
+    /// Re-read for every call: kubelet rotates projected tokens.
     own_token: String,
     client: reqwest::Client,
-    memory: Mutex<Memory>,
 }
 
 /// Where the API server is and how the agent authenticates to it.
@@ -149,13 +166,6 @@ impl TokenReviewer {
         audience: String,
         allowed_user: String,
     ) -> Result<Self, AgentError> {
-        if !allowed_user.starts_with("system:serviceaccount:")
-            || allowed_user.split(':').count() != 4
-        {
-            return Err(AgentError::InvalidRequest(format!(
-                "--allowed-user {allowed_user:?}: must be system:serviceaccount:<namespace>:<name>"
-            )));
-        }
         let ca = std::fs::read(&access.ca_file)
             .map_err(AgentError::io(format!("reading API CA {}", access.ca_file)))?;
         let ca = reqwest::Certificate::from_pem(&ca)
@@ -166,12 +176,30 @@ impl TokenReviewer {
             .timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| AgentError::Internal(e.to_string()))?;
-        Ok(TokenReviewer {
-            audience,
-            allowed_user,
+        let api = ApiServer {
             api: access.url,
             own_token: access.token_file,
             client,
+        };
+        Self::with_reviews(Box::new(api), audience, allowed_user)
+    }
+
+    pub fn with_reviews(
+        reviews: Box<dyn Reviews>,
+        audience: String,
+        allowed_user: String,
+    ) -> Result<Self, AgentError> {
+        if !allowed_user.starts_with("system:serviceaccount:")
+            || allowed_user.split(':').count() != 4
+        {
+            return Err(AgentError::InvalidRequest(format!(
+                "--allowed-user {allowed_user:?}: must be system:serviceaccount:<namespace>:<name>"
+            )));
+        }
+        Ok(TokenReviewer {
+            audience,
+            allowed_user,
+            reviews,
             memory: Mutex::new(Memory::new(Instant::now())),
         })
     }
@@ -189,46 +217,53 @@ impl TokenReviewer {
             }
             Known::Review => {}
         }
-        let verdict = self.ask(token).await;
+        let verdict = self
+            .reviews
+            .status(token, &self.audience)
+            .await
+            .and_then(|st| judge(&st, &self.audience, &self.allowed_user));
         self.memory
             .lock()
             .unwrap()
             .remember(key, &verdict, Instant::now());
         verdict
     }
+}
 
-    /// One TokenReview: authenticated, for our audience, and the one allowed user.
-    async fn ask(&self, token: &str) -> Result<(), AgentError> {
-        // The agent's own token (rotated by kubelet) authorizes the TokenReview call.
-        let own = std::fs::read_to_string(&self.own_token)
-            .map_err(AgentError::io("reading own token"))?;
-        let body = json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token, "audiences": [self.audience]},
-        });
-        let resp = self
-            .client
-            .post(format!(
-                "{}/apis/authentication.k8s.io/v1/tokenreviews",
-                self.api
-            ))
-            .bearer_auth(own.trim())
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| AgentError::OperationInterrupted(format!("TokenReview: {e}")))?;
-        if !resp.status().is_success() {
-            return Err(AgentError::OperationInterrupted(format!(
-                "TokenReview: HTTP {}",
-                resp.status()
-            )));
-        }
-        let review: serde_json::Value = resp
-            .json()
-            .await
-            .map_err(|e| AgentError::OperationInterrupted(format!("TokenReview: {e}")))?;
-        judge(&review["status"], &self.audience, &self.allowed_user)
+impl Reviews for ApiServer {
+    fn status<'a>(
+        &'a self,
+        token: &'a str,
+        audience: &'a str,
+    ) -> BoxFuture<'a, Result<serde_json::Value, AgentError>> {
+        Box::pin(async move {
+            let own = std::fs::read_to_string(&self.own_token)
+                .map_err(AgentError::io("reading own token"))?;
+            let body = json!({
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "spec": {"token": token, "audiences": [audience]},
+            });
+            let interrupted =
+                |e: String| AgentError::OperationInterrupted(format!("TokenReview: {e}"));
+            let resp = self
+                .client
+                .post(format!(
+                    "{}/apis/authentication.k8s.io/v1/tokenreviews",
+                    self.api
+                ))
+                .bearer_auth(own.trim())
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| interrupted(e.to_string()))?;
+            if !resp.status().is_success() {
+                return Err(interrupted(format!("HTTP {}", resp.status())));
+            }
+            let mut review: serde_json::Value =
+                resp.json().await.map_err(|e| interrupted(e.to_string()))?;
+            Ok(review["status"].take())
+        })
     }
 }
 
@@ -398,5 +433,79 @@ mod tests {
             m.remember(k, &Err(AgentError::Unauthorized("no".into())), t0);
         }
         assert_eq!(m.refused.len(), CACHE_MAX);
+    }
+
+    /// An API server that answers from a table and counts the questions.
+    struct Answers {
+        by_token: HashMap<&'static str, Result<serde_json::Value, ()>>,
+        asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Reviews for Answers {
+        fn status<'a>(
+            &'a self,
+            token: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<serde_json::Value, AgentError>> {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let answer = match self.by_token.get(token) {
+                Some(Ok(v)) => Ok(v.clone()),
+                _ => Err(AgentError::OperationInterrupted("no answer".into())),
+            };
+            Box::pin(async move { answer })
+        }
+    }
+
+    /// The whole admission decision through `Auth::check`: header parsing, the API server's
+    /// verdict, what is remembered and what is asked again.
+    #[tokio::test]
+    async fn admission_through_token_review() {
+        const OP: &str = "system:serviceaccount:sandbox-system:operator";
+        let ok = |user: &str| json!({"authenticated": true, "user": {"username": user}, "audiences": ["sandbox-agent"]});
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let answers = Answers {
+            by_token: HashMap::from([
+                ("op", Ok(ok(OP))),
+                ("other", Ok(ok("system:serviceaccount:default:app"))),
+                (
+                    "bogus",
+                    Ok(json!({"authenticated": false, "error": "invalid"})),
+                ),
+            ]),
+            asked: asked.clone(),
+        };
+        let reviewer =
+            TokenReviewer::with_reviews(Box::new(answers), "sandbox-agent".into(), OP.into())
+                .unwrap();
+        let auth = Auth::TokenReview(Box::new(reviewer));
+        let n = || asked.load(std::sync::atomic::Ordering::SeqCst);
+        let cases: &[(Option<&str>, Option<&str>, usize)] = &[
+            // (Authorization header, expected error code, API server questions so far)
+            (None, Some("Unauthorized"), 0),
+            (Some("Basic op"), Some("Unauthorized"), 0),
+            (Some("Bearer "), Some("Unauthorized"), 0),
+            (Some("Bearer op"), None, 1),
+            (Some("Bearer op"), None, 1), // remembered
+            (Some("Bearer other"), Some("Unauthorized"), 2),
+            (Some("Bearer other"), Some("Unauthorized"), 2), // refusal remembered
+            (Some("Bearer bogus"), Some("Unauthorized"), 3),
+            // No answer from the API server: not a verdict, asked again next time.
+            (Some("Bearer down"), Some("OperationInterrupted"), 4),
+            (Some("Bearer down"), Some("OperationInterrupted"), 5),
+        ];
+        for (header, want, questions) in cases {
+            let got = auth.check(*header).await.err().map(|e| e.code().as_str());
+            assert_eq!(got, *want, "{header:?}");
+            assert_eq!(n(), *questions, "{header:?}");
+        }
+        assert!(TokenReviewer::with_reviews(
+            Box::new(Answers {
+                by_token: HashMap::new(),
+                asked,
+            }),
+            "a".into(),
+            "operator".into()
+        )
+        .is_err());
     }
 }
