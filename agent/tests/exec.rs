@@ -204,7 +204,11 @@ async fn durations_beyond_the_bound_are_refused_by_name() {
     let huge = u64::MAX / 2;
     for (field, patch) in [
         ("timeoutSeconds", json!({"timeoutSeconds": huge})),
-        ("graceSeconds", json!({"graceSeconds": huge})),
+        // Named as in the SandboxProcess spec, as the operator names it (one validator).
+        (
+            "terminationGracePeriodSeconds",
+            json!({"graceSeconds": huge}),
+        ),
         (
             "readiness.timeoutSeconds",
             json!({"readiness": {"probe": {"tcpSocket": {"port": 1}}, "timeoutSeconds": huge}}),
