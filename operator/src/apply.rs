@@ -59,20 +59,10 @@ pub async fn apply(
             }
             _ => view,
         };
-    } else if let Some(p) = pod.as_ref().filter(|p| {
-        invalid.is_none()
-            && !chosen_now
-            && !spec.stop
-            && pod::can_start(p)
-            && status::start_refusal(
-                spec,
-                &prev,
-                Some(p),
-                obj.metadata.creation_timestamp.as_ref(),
-                &now,
-            )
-            .is_none()
-    }) {
+    } else if let Some(p) = pod
+        .as_ref()
+        .filter(|p| invalid.is_none() && !chosen_now && may_start(&obj, &prev, p, &now))
+    {
         agent = match request(ctx, &obj, &uid, p).await {
             Ok(req) => {
                 let node = p.node_name.as_deref().unwrap_or_default();
@@ -115,6 +105,14 @@ pub async fn apply(
     let deadline =
         status::start_deadline_left(spec, obj.metadata.creation_timestamp.as_ref(), &now);
     Ok(next_action(&agent, held_back, next.phase, deadline))
+}
+
+/// Not stopped, the container runs, and no reason to refuse the start (deadline, pinned pod).
+fn may_start(obj: &SandboxProcess, prev: &SandboxProcessStatus, p: &PodFacts, now: &Time) -> bool {
+    let created = obj.metadata.creation_timestamp.as_ref();
+    !obj.spec.stop
+        && pod::can_start(p)
+        && status::start_refusal(&obj.spec, prev, Some(p), created, now).is_none()
 }
 
 /// The start request for the pod: values from Secrets and ConfigMaps read now, the whole request

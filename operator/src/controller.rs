@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::{self, Action, Controller};
@@ -15,15 +15,13 @@ use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
-use sandbox_api::crd::{Phase, SandboxProcess};
-use sandbox_api::wire::ErrorCode;
+use sandbox_api::crd::SandboxProcess;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::agent::{AgentClient, AgentError, Agents, Cached, AGENT_SELECTOR};
+use crate::agent::{AgentClient, AgentError, Agents, AGENT_SELECTOR};
 use crate::memo::Memo;
 use crate::metrics::Metrics;
-use crate::status;
 
 /// Finalizer that makes deletion stop and forget the process.
 pub const FINALIZER: &str = "sandbox.dev/process";
@@ -36,7 +34,7 @@ pub const OUTPUT_REFRESH: Duration = Duration::from_secs(5);
 pub const CLEANUP_GIVE_UP: Duration = Duration::from_secs(120);
 /// While a deleted object's process is stopping: the fallback recheck (the agent watch usually
 /// brings the object back sooner, when the record turns final).
-const CLEANUP_RECHECK: Duration = Duration::from_secs(2);
+pub(crate) const CLEANUP_RECHECK: Duration = Duration::from_secs(2);
 /// The longest any reconcile waits before it looks again by itself.
 pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
 
@@ -147,7 +145,7 @@ async fn reconcile(obj: Arc<SandboxProcess>, ctx: Arc<Context>) -> Result<Action
             if obj.meta().deletion_timestamp.is_some()
                 && obj.finalizers().iter().any(|f| f == FINALIZER)
             {
-                if let Some(again) = cleanup(obj.clone(), &ctx).await? {
+                if let Some(again) = crate::cleanup::cleanup(obj.clone(), &ctx).await? {
                     return Ok(again);
                 }
             }
@@ -196,114 +194,6 @@ fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> A
     ctx.metrics.error(error.metric_label());
     let uid = obj.uid().unwrap_or_default();
     Action::requeue(retry_delay(ctx.memo.failed(&uid)))
-}
-
-/// Deletion: stop the process and have the agent forget it; let go at once when the pod or node
-/// is gone (nothing left to stop), and after [`CLEANUP_GIVE_UP`] in any case.
-/// `None` when the process is stopped and forgotten (or there is nothing left to wait for): the
-/// finalizer may go. `Some(action)`: the stop is under way; come back.
-async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Option<Action>, Error> {
-    let uid = obj.uid().ok_or(Error::Incomplete("uid"))?;
-    let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
-    let prev = obj.status.clone().unwrap_or_default();
-    let pod = ctx
-        .pods
-        .get(&ObjectRef::<Pod>::new(&target_pod_name(&obj)).within(&ns));
-    let pod_uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
-    let pod_gone = pod_uid.is_none() || (prev.pod_uid.is_some() && pod_uid != prev.pod_uid);
-    let node = prev.node_name.clone().or_else(|| {
-        pod.as_ref()
-            .and_then(|p| p.spec.as_ref()?.node_name.clone())
-    });
-    let deleting_for = obj
-        .metadata
-        .deletion_timestamp
-        .as_ref()
-        .map(|t| {
-            Duration::from_secs(
-                Timestamp::now()
-                    .as_second()
-                    .saturating_sub(t.0.as_second())
-                    .max(0) as u64,
-            )
-        })
-        .unwrap_or_default();
-    let done = |how: &str| {
-        info!(how, "finalizer removed");
-        ctx.metrics.set_phase(&uid, None);
-        ctx.memo.gone(&uid);
-        Ok(None)
-    };
-    let Some(node) = node else {
-        return done("never scheduled: nothing to stop");
-    };
-    let node_gone = || async {
-        let nodes: Api<Node> = Api::all(ctx.client.clone());
-        Ok::<bool, Error>(nodes.get_opt(&node).await?.is_none())
-    };
-    let Some(url) = ctx.agents.url_for_node(&node) else {
-        if pod_gone || node_gone().await? || deleting_for > CLEANUP_GIVE_UP {
-            return done("no agent on the node and nothing to wait for");
-        }
-        return Err(Error::Cleanup(format!(
-            "no agent pod on node {node}; retrying before giving up"
-        )));
-    };
-    let grace = obj.spec.termination_grace_period_seconds.max(0) as u64;
-    let running = prev.phase == Some(Phase::Running);
-    // A reconcile worker never waits out a grace period: the stop is begun (idempotent on the
-    // agent) and the object comes back when the record turns final (the agent watch) or at the
-    // next requeue; only an ended process is forgotten, which is quick.
-    let ended = match ctx.agents.cached(&url, &uid) {
-        Cached::Record(r) => r.is_final(),
-        Cached::Absent => true,
-        Cached::Unknown => status::is_final(&prev),
-    };
-    if !ended && !pod_gone {
-        match ctx.agents.client.stop(&url, &uid, grace).await {
-            Ok(rec) if !rec.is_final() => {
-                ctx.agents.remember(&url, &rec);
-                if deleting_for <= CLEANUP_GIVE_UP {
-                    return Ok(Some(Action::requeue(CLEANUP_RECHECK)));
-                }
-                warn!("process still running after the give-up time; forgetting it now");
-            }
-            Ok(rec) => ctx.agents.remember(&url, &rec),
-            Err(e) if e.api_code() == Some(ErrorCode::ProcessNotFound) => {}
-            Err(e) => {
-                if node_gone().await? || deleting_for > CLEANUP_GIVE_UP {
-                    warn!(error = %e, "could not stop the process; letting go");
-                    return done("agent unreachable, node gone (or gave up)");
-                }
-                return Err(e.into());
-            }
-        }
-    }
-    let timeout = Duration::from_secs(if pod_gone || ended { 5 } else { 20 });
-    match ctx.agents.client.forget(&url, &uid, timeout).await {
-        Ok(()) => {
-            if running {
-                crate::writer::publish(
-                    ctx,
-                    &obj,
-                    status::Note {
-                        warning: false,
-                        reason: "Stopped",
-                        message: "the object was deleted: process stopped and forgotten".into(),
-                    },
-                )
-                .await;
-            }
-            done("process stopped and forgotten")
-        }
-        Err(e) => {
-            if pod_gone || node_gone().await? || deleting_for > CLEANUP_GIVE_UP {
-                warn!(error = %e, "could not have the agent forget the process; letting go");
-                return done("agent unreachable, pod or node gone (or gave up)");
-            }
-            Err(e.into())
-        }
-    }
 }
 
 /// Drops what the controller never reads from a cached SandboxProcess: `managedFields` (a deep
@@ -434,7 +324,7 @@ pub async fn run(
 }
 
 /// The pod an object targets: `spec.podName`, or the one its selector chose ("" before that).
-fn target_pod_name(o: &SandboxProcess) -> String {
+pub(crate) fn target_pod_name(o: &SandboxProcess) -> String {
     if o.spec.pod_name.is_empty() {
         o.status
             .as_ref()
@@ -514,7 +404,8 @@ fn is_uid(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandbox_api::crd::SandboxProcessStatus;
+    use crate::status;
+    use sandbox_api::crd::{Phase, SandboxProcessStatus};
 
     /// A panic in one object's reconcile becomes that object's error (with its metric label),
     /// and the next reconcile runs normally.

@@ -44,110 +44,120 @@ pub(super) fn describe_exit(e: &ExitStatus, reason: Option<EndReason>) -> String
 
 /// `readiness`: the spec declares a readiness check (without one, started = ready).
 pub(super) fn from_record(
-    mut s: SandboxProcessStatus,
+    s: SandboxProcessStatus,
     r: &ProcessRecord,
     readiness: bool,
     now: &Time,
 ) -> (SandboxProcessStatus, Outcome) {
     match r.phase {
-        wire::Phase::Starting | wire::Phase::Running => {
-            s.phase = Some(Phase::Running);
-            let outcome = if r.ready {
-                Outcome::Ready {
-                    message: "the process is running and ready".into(),
-                }
-            } else if r.readiness_timed_out {
-                Outcome::ReadinessTimeout {
-                    message: "readiness did not pass before readiness.timeoutSeconds; the process keeps running".into(),
-                }
-            } else if r.phase == wire::Phase::Starting {
-                Outcome::NotReady {
-                    reason: "Starting".into(),
-                    message: "the process is being started".into(),
-                }
-            } else {
-                Outcome::NotReady {
-                    reason: "ReadinessPending".into(),
-                    message: "the process is running; readiness has not passed yet".into(),
-                }
-            };
-            (s, outcome)
+        wire::Phase::Starting | wire::Phase::Running => running(s, r),
+        wire::Phase::Exited | wire::Phase::Error => ended(s, r, readiness, now),
+    }
+}
+
+/// A live process: `Running`, ready or not (yet).
+fn running(mut s: SandboxProcessStatus, r: &ProcessRecord) -> (SandboxProcessStatus, Outcome) {
+    s.phase = Some(Phase::Running);
+    let outcome = if r.ready {
+        Outcome::Ready {
+            message: "the process is running and ready".into(),
         }
-        wire::Phase::Exited | wire::Phase::Error => {
-            s.finished_at = parse_time(r.finished_at.as_deref()).or_else(|| Some(now.clone()));
-            s.exit = r.exit.clone();
-            s.end_reason = r.end_reason.map(EndReason::from);
-            if let Some(e) = &r.error {
-                let code = ErrorCode::from_wire(e.code).unwrap_or(ErrorCode::ProcessSpawnFailed);
-                s.phase = Some(Phase::Error);
-                s.error = Some(ProcessError {
-                    code,
-                    message: e.message.clone(),
-                });
-                return (
-                    s,
-                    Outcome::Failed {
-                        reason: code.as_str().into(),
-                        message: e.message.clone(),
-                    },
-                );
-            }
-            if s.end_reason == Some(EndReason::ContainerExited) {
-                let message = match &s.exit {
-                    Some(e) => format!(
-                        "the container exited under the process ({})",
-                        describe_exit(e, None)
-                    ),
-                    None => "the container exited under the process".into(),
-                };
-                return stale_handle(s, EndReason::ContainerExited, message, now);
-            }
-            s.phase = Some(Phase::Exited);
-            let Some(e) = s.exit.clone() else {
-                // An exited record always carries its exit; be safe rather than invent one.
-                let message = "the process ended without an exit status".to_string();
-                s.phase = Some(Phase::Error);
-                s.error = Some(ProcessError {
-                    code: ErrorCode::ProcessLost,
-                    message: message.clone(),
-                });
-                s.end_reason = Some(EndReason::Lost);
-                return (
-                    s,
-                    Outcome::Failed {
-                        reason: ErrorCode::ProcessLost.as_str().into(),
-                        message,
-                    },
-                );
-            };
-            let message = describe_exit(&e, s.end_reason);
-            let clean = e.code == 0 && e.signal.is_none();
-            let outcome = match s.end_reason {
-                Some(EndReason::Stopped) if clean => Outcome::Succeeded {
-                    stopped: true,
-                    message,
-                },
-                Some(EndReason::Stopped) => Outcome::Stopped { message },
-                Some(EndReason::Exited) | None if clean => Outcome::Succeeded {
-                    stopped: false,
-                    message,
-                },
-                Some(EndReason::Exited) | None => Outcome::Failed {
-                    reason: "NonZeroExit".into(),
-                    message,
-                },
-                Some(other) => Outcome::Failed {
-                    reason: other.as_str().into(),
-                    message,
-                },
-            };
-            // Ready at some point: the record says so, or an earlier look saw `readyAt`.
-            let ever_ready = r.ready || s.ready_at.is_some();
-            if readiness && !ever_ready {
-                return (s, before_ready(outcome, r.readiness_timed_out));
-            }
-            (s, outcome)
+    } else if r.readiness_timed_out {
+        Outcome::ReadinessTimeout {
+            message:
+                "readiness did not pass before readiness.timeoutSeconds; the process keeps running"
+                    .into(),
         }
+    } else if r.phase == wire::Phase::Starting {
+        Outcome::NotReady {
+            reason: "Starting".into(),
+            message: "the process is being started".into(),
+        }
+    } else {
+        Outcome::NotReady {
+            reason: "ReadinessPending".into(),
+            message: "the process is running; readiness has not passed yet".into(),
+        }
+    };
+    (s, outcome)
+}
+
+/// An ended process: the agent's error, the container gone under it, or its exit.
+fn ended(
+    mut s: SandboxProcessStatus,
+    r: &ProcessRecord,
+    readiness: bool,
+    now: &Time,
+) -> (SandboxProcessStatus, Outcome) {
+    s.finished_at = parse_time(r.finished_at.as_deref()).or_else(|| Some(now.clone()));
+    s.exit = r.exit.clone();
+    s.end_reason = r.end_reason.map(EndReason::from);
+    if let Some(e) = &r.error {
+        let code = ErrorCode::from_wire(e.code).unwrap_or(ErrorCode::ProcessSpawnFailed);
+        return failed(s, code, e.message.clone());
+    }
+    if s.end_reason == Some(EndReason::ContainerExited) {
+        let message = match &s.exit {
+            Some(e) => format!(
+                "the container exited under the process ({})",
+                describe_exit(e, None)
+            ),
+            None => "the container exited under the process".into(),
+        };
+        return stale_handle(s, EndReason::ContainerExited, message, now);
+    }
+    let Some(e) = s.exit.clone() else {
+        // An exited record always carries its exit; be safe rather than invent one.
+        s.end_reason = Some(EndReason::Lost);
+        let message = "the process ended without an exit status".to_string();
+        return failed(s, ErrorCode::ProcessLost, message);
+    };
+    s.phase = Some(Phase::Exited);
+    let outcome = exit_outcome(&e, s.end_reason);
+    // Ready at some point: the record says so, or an earlier look saw `readyAt`.
+    let ever_ready = r.ready || s.ready_at.is_some();
+    if readiness && !ever_ready {
+        return (s, before_ready(outcome, r.readiness_timed_out));
+    }
+    (s, outcome)
+}
+
+fn failed(
+    mut s: SandboxProcessStatus,
+    code: ErrorCode,
+    message: String,
+) -> (SandboxProcessStatus, Outcome) {
+    s.phase = Some(Phase::Error);
+    s.error = Some(ProcessError {
+        code,
+        message: message.clone(),
+    });
+    let reason = code.as_str().into();
+    (s, Outcome::Failed { reason, message })
+}
+
+/// Succeeded only for a clean exit (code 0, no signal), also after a requested stop.
+fn exit_outcome(e: &ExitStatus, end: Option<EndReason>) -> Outcome {
+    let message = describe_exit(e, end);
+    let clean = e.code == 0 && e.signal.is_none();
+    match end {
+        Some(EndReason::Stopped) if clean => Outcome::Succeeded {
+            stopped: true,
+            message,
+        },
+        Some(EndReason::Stopped) => Outcome::Stopped { message },
+        Some(EndReason::Exited) | None if clean => Outcome::Succeeded {
+            stopped: false,
+            message,
+        },
+        Some(EndReason::Exited) | None => Outcome::Failed {
+            reason: "NonZeroExit".into(),
+            message,
+        },
+        Some(other) => Outcome::Failed {
+            reason: other.as_str().into(),
+            message,
+        },
     }
 }
 
