@@ -10,7 +10,8 @@
 //! - [`runtime`]: finding a container (CRI or a runc state dir) and building the exec spec.
 //! - [`metrics`]: Prometheus metrics (aggregates only) on their own listener.
 //! - [`cgroup`]: the process tree's own cgroup (membership, kill, limits, usage).
-//! - [`supervisor`]: the per-process supervisor loop (no async runtime; small footprint).
+//! - [`supervisor`]: the per-process supervisor (no async runtime; small footprint), one file per
+//!   concern: launch, event loop, output, readiness, tree, stop, record file, end.
 //! - [`signals`]: signal dispositions reset below the C library, for the runtime's child.
 //! - [`wait`]: how a child ended (exit code or any signal 1–64), from the raw wait status.
 //! - [`readiness`]: tcpSocket / httpGet probes inside the pod's network namespace, logMatch.

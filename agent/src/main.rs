@@ -226,7 +226,48 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
     // One agent per state dir: a second release's DaemonSet (or an agent started by hand) on the
     // same host path would rescan, reattach and rewrite the same records. It waits instead.
     let _state_lock = lock_state_dir(&layout).await?;
-    let auth = match s.auth {
+    let auth = auth_of(&s)?;
+    let supervisor_bin = supervisor_bin_of(&s, &layout)?;
+    let lookup = lookup_of(&s)?;
+    let cfg = registry_config(&s, layout, lookup, supervisor_bin);
+    // Not fatal: the runtime may not be up yet; every spawn retries it and fails with this reason.
+    if let Err(e) = cfg.spawn.prepare() {
+        tracing::warn!("preparing the supervisors' cgroup: {e}");
+    }
+    let registry = Registry::open(cfg).await?;
+    // Streams (watch, log follow) end when shutdown starts, so graceful shutdown can finish;
+    // nothing the agent holds needs saving (supervisors own the state).
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let state = AppState {
+        registry,
+        auth: Arc::new(auth),
+        metrics: Arc::new(sandbox_agent::metrics::Metrics::new()),
+        shutdown: stop_rx,
+    };
+    if let Some(addr) = s.metrics_listen {
+        serve_metrics(addr, state.clone()).await?;
+    }
+    let app = router(state);
+    let listener = tokio::net::TcpListener::bind(s.listen)
+        .await
+        .with_context(|| format!("binding {}", s.listen))?;
+    tracing::info!(listen = %listener.local_addr()?, "serving");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let shutdown = async move {
+        tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+/// Who may call the agent: a shared token (tests, clusterless use) or the operator's
+/// ServiceAccount token, checked by TokenReview.
+fn auth_of(s: &Serve) -> anyhow::Result<Auth> {
+    Ok(match s.auth {
         AuthMode::Static => {
             let f = s
                 .token_file
@@ -263,45 +304,43 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
                 user,
             )?))
         }
-    };
-    let supervisor_bin = match &s.supervisor_binary {
+    })
+}
+
+/// The supervisor binary, as a path where supervisors run (installed from beside the agent).
+fn supervisor_bin_of(s: &Serve, layout: &Layout) -> anyhow::Result<std::path::PathBuf> {
+    Ok(match &s.supervisor_binary {
         Some(p) => p.clone(),
         None => {
             let me = std::env::current_exe()?;
             let sibling = me.with_file_name("sandbox-supervisor");
-            install_supervisor(&sibling, &layout)
+            install_supervisor(&sibling, layout)
                 .with_context(|| format!("installing {}", sibling.display()))?
         }
-    };
-    let lookup = match s.lookup {
+    })
+}
+
+/// How containers are found: through the node's CRI runtime, or a runc state root read directly.
+fn lookup_of(s: &Serve) -> anyhow::Result<Lookup> {
+    Ok(match s.lookup {
         LookupKind::Cri => Lookup::Cri(CriLookup::new(s.cri_socket.clone())?),
         LookupKind::Runc => Lookup::RuncState(RuncStateLookup {
             root: s.runtime_root.clone().into(),
         }),
-    };
-    let cfg = Config {
+    })
+}
+
+/// The registry's settings, every node cap among them, from the flags.
+fn registry_config(
+    s: &Serve,
+    layout: Layout,
+    lookup: Lookup,
+    supervisor_bin: std::path::PathBuf,
+) -> Config {
+    Config {
         layout,
         lookup,
-        spawn: SpawnConfig {
-            supervisor_bin,
-            namespace: match s.host_mount_ns.as_deref() {
-                None => HostNamespace::Own,
-                Some("runtime") => HostNamespace::Runtime(s.cri_socket.clone()),
-                Some(p) => HostNamespace::Path(p.into()),
-            },
-            cgroup: (!s.no_supervisor_cgroup).then(|| s.supervisor_cgroup.clone()),
-            cgroup_root: s.cgroup_root.clone(),
-            limits: SupervisorLimits {
-                memory_bytes: Some(
-                    s.supervisor_memory_bytes
-                        .unwrap_or((64 << 20) + (4 << 20) * s.max_processes as u64),
-                ),
-                pids: Some(
-                    s.supervisor_pids
-                        .unwrap_or(256 + 4 * s.max_processes as u64),
-                ),
-            },
-        },
+        spawn: spawn_config(s, supervisor_bin),
         runtime_binary: s.runtime_binary.clone(),
         default_runtime_root: s.runtime_root.clone(),
         retention_bytes: s.log_retention_bytes,
@@ -317,46 +356,44 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         max_follows_per_process: s.max_follows_per_process,
         max_follows: s.max_follows,
         allow_vulnerable_runtime: s.allow_vulnerable_runtime,
-    };
-    // Not fatal: the runtime may not be up yet; every spawn retries it and fails with this reason.
-    if let Err(e) = cfg.spawn.prepare() {
-        tracing::warn!("preparing the supervisors' cgroup: {e}");
     }
-    let registry = Registry::open(cfg).await?;
-    // Streams (watch, log follow) end when shutdown starts, so graceful shutdown can finish;
-    // nothing the agent holds needs saving (supervisors own the state).
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let state = AppState {
-        registry,
-        auth: Arc::new(auth),
-        metrics: Arc::new(sandbox_agent::metrics::Metrics::new()),
-        shutdown: stop_rx,
-    };
-    if let Some(addr) = s.metrics_listen {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding {addr} (--metrics-listen)"))?;
-        tracing::info!(listen = %listener.local_addr()?, "serving metrics");
-        let metrics = sandbox_agent::server::metrics_router(state.clone());
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, metrics).await {
-                tracing::warn!(error = %e, "metrics listener ended");
-            }
-        });
+}
+
+/// Where supervisors run and what they may use together (`agent.supervisorLimits`).
+fn spawn_config(s: &Serve, supervisor_bin: std::path::PathBuf) -> SpawnConfig {
+    SpawnConfig {
+        supervisor_bin,
+        namespace: match s.host_mount_ns.as_deref() {
+            None => HostNamespace::Own,
+            Some("runtime") => HostNamespace::Runtime(s.cri_socket.clone()),
+            Some(p) => HostNamespace::Path(p.into()),
+        },
+        cgroup: (!s.no_supervisor_cgroup).then(|| s.supervisor_cgroup.clone()),
+        cgroup_root: s.cgroup_root.clone(),
+        limits: SupervisorLimits {
+            memory_bytes: Some(
+                s.supervisor_memory_bytes
+                    .unwrap_or((64 << 20) + (4 << 20) * s.max_processes as u64),
+            ),
+            pids: Some(
+                s.supervisor_pids
+                    .unwrap_or(256 + 4 * s.max_processes as u64),
+            ),
+        },
     }
-    let app = router(state);
-    let listener = tokio::net::TcpListener::bind(s.listen)
+}
+
+/// Metrics (aggregates only, no token) on their own listener, apart from the agent's API.
+async fn serve_metrics(addr: std::net::SocketAddr, state: AppState) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("binding {}", s.listen))?;
-    tracing::info!(listen = %listener.local_addr()?, "serving");
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let shutdown = async move {
-        tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
-        tracing::info!("shutting down");
-        let _ = stop_tx.send(true);
-    };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+        .with_context(|| format!("binding {addr} (--metrics-listen)"))?;
+    tracing::info!(listen = %listener.local_addr()?, "serving metrics");
+    let metrics = sandbox_agent::server::metrics_router(state);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, metrics).await {
+            tracing::warn!(error = %e, "metrics listener ended");
+        }
+    });
     Ok(())
 }

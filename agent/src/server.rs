@@ -216,107 +216,173 @@ async fn logs(
     if let Some(why) = crate::budget::freed(&dir) {
         return Err(AgentError::OutputFreed(format!("process {id}: {why}")));
     }
-    // Validate the cursor up front so a bad one is a 400, not a broken stream.
-    {
-        let dir = dir.clone();
-        tokio::task::spawn_blocking(move || ledger::read_after(&dir, start, 1))
-            .await
-            .map_err(|e| AgentError::Internal(e.to_string()))?
-            .map_err(|e| AgentError::InvalidRequest(e.to_string()))?;
-    }
+    check_readable(&dir, start).await?;
     // Subscribed before the first read, so no write between the read and the wait is missed.
-    let mut wakes = if q.follow {
+    let wakes = if q.follow {
         Some(st.registry.follows().follow(&dir)?)
     } else {
         None
     };
     let (tx, rx) = mpsc::channel::<Bytes>(16);
-    let registry = st.registry.clone();
+    let reader = LogReader {
+        registry: st.registry.clone(),
+        id,
+        eid,
+        dir,
+        want: q.stream.unwrap_or(LogStream::Both),
+        follow: q.follow,
+        budget: q.max_bytes.unwrap_or(u64::MAX),
+        wakes,
+        tx,
+    };
     let stop = st.shutdown.clone();
-    let follow = async move {
-        let cursor = |p: Pos| encode_cursor(eid.as_str(), p);
-        let mut pos = start;
-        let mut budget = q.max_bytes.unwrap_or(u64::MAX);
-        let want = q.stream.unwrap_or(LogStream::Both);
+    tokio::spawn(async move {
+        tokio::select! { _ = reader.send_from(start) => {}, _ = stopping(stop) => {} }
+    });
+    Ok(ndjson(rx))
+}
+
+/// Validates the cursor up front so a bad one is a 400, not a broken stream.
+async fn check_readable(dir: &std::path::Path, start: Pos) -> Result<(), AgentError> {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || ledger::read_after(&dir, start, 1))
+        .await
+        .map_err(|e| AgentError::Internal(e.to_string()))?
+        .map_err(|e| AgentError::InvalidRequest(e.to_string()))?;
+    Ok(())
+}
+
+/// One log request being served, once its checks have passed: the stream runs on its own task.
+struct LogReader {
+    registry: Arc<Registry>,
+    id: String,
+    eid: ExecId,
+    dir: std::path::PathBuf,
+    want: LogStream,
+    follow: bool,
+    /// Bytes of output still to send (maxBytes).
+    budget: u64,
+    wakes: Option<crate::follow::Follow>,
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl LogReader {
+    /// Sends output from `pos` until the end (or maxBytes), then the event that says which.
+    async fn send_from(mut self, mut pos: Pos) {
         let mut final_seen = false;
         loop {
-            let d = dir.clone();
-            let chunk = budget.min(READ_CHUNK);
-            let res = tokio::task::spawn_blocking(move || ledger::read_after(&d, pos, chunk)).await;
-            let (entries, next) = match res {
-                Ok(Ok(v)) => v,
-                _ => break,
+            let Some((entries, next)) = self.read(pos, self.budget.min(READ_CHUNK)).await else {
+                break;
             };
             let got_any = !entries.is_empty();
             for e in entries {
-                let ev = match e {
-                    Entry::Gap { from, to } => LogEvent::Truncated {
-                        dropped_bytes: to.data.saturating_sub(from.data),
-                        cursor: cursor(to),
-                    },
-                    Entry::Data {
-                        stream,
-                        ts_nanos,
-                        data,
-                        cursor: at,
-                    } => {
-                        budget = budget.saturating_sub(data.len() as u64);
-                        let s = match stream {
-                            Stream::Stdout => LogStream::Stdout,
-                            Stream::Stderr => LogStream::Stderr,
-                        };
-                        if want != LogStream::Both && want != s {
-                            continue;
-                        }
-                        LogEvent::Data {
-                            stream: s,
-                            data: base64::engine::general_purpose::STANDARD.encode(&data),
-                            ts_nanos,
-                            cursor: cursor(at),
-                        }
-                    }
+                let Some(ev) = self.event_of(e) else {
+                    continue;
                 };
-                if tx.send(line(&ev)).await.is_err() {
+                if self.tx.send(line(&ev)).await.is_err() {
                     return; // client went away
                 }
             }
             pos = next;
-            if budget == 0 {
-                // Stopped by maxBytes: say whether (and where) more follows, never a false end.
-                // The record first: output written before it became final is then seen below.
-                let record = registry.get(&id).ok();
-                let d = dir.clone();
-                let left = tokio::task::spawn_blocking(move || ledger::read_after(&d, pos, 1))
-                    .await
-                    .map(|r| r.map(|(e, _)| !e.is_empty()).unwrap_or(true))
-                    .unwrap_or(true);
-                let _ = tx
-                    .send(line(&after_limit(cursor(pos), left, q.follow, record)))
-                    .await;
+            if self.budget == 0 {
+                self.send_after_limit(pos).await;
                 return;
             }
             if got_any {
                 continue;
             }
-            if !q.follow || final_seen {
+            if !self.follow || final_seen {
                 break;
             }
-            // The final record is written after output is drained: once seen, one more read
-            // gets everything.
-            final_seen = registry.get(&id).map(|r| r.is_final()).unwrap_or(true);
-            if !final_seen {
-                if let Some(w) = wakes.as_mut() {
-                    let _ = tokio::time::timeout(FOLLOW_FALLBACK, w.changed()).await;
+            final_seen = self.wait_for_more().await;
+        }
+        let record = self.registry.get(&self.id).ok().filter(|r| r.is_final());
+        let _ = self
+            .tx
+            .send(line(&end_event(self.cursor(pos), record)))
+            .await;
+    }
+
+    /// Ledger reads block on files: they run off the async threads. `None`: unreadable.
+    async fn read(&self, pos: Pos, max: u64) -> Option<(Vec<Entry>, Pos)> {
+        let d = self.dir.clone();
+        match tokio::task::spawn_blocking(move || ledger::read_after(&d, pos, max)).await {
+            Ok(Ok(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn cursor(&self, p: Pos) -> String {
+        encode_cursor(self.eid.as_str(), p)
+    }
+
+    /// The wire event of a ledger entry; `None` for a stream the client did not ask for (its
+    /// bytes still count against maxBytes).
+    fn event_of(&mut self, e: Entry) -> Option<LogEvent> {
+        Some(match e {
+            Entry::Gap { from, to } => LogEvent::Truncated {
+                dropped_bytes: to.data.saturating_sub(from.data),
+                cursor: self.cursor(to),
+            },
+            Entry::Data {
+                stream,
+                ts_nanos,
+                data,
+                cursor: at,
+            } => {
+                self.budget = self.budget.saturating_sub(data.len() as u64);
+                let s = match stream {
+                    Stream::Stdout => LogStream::Stdout,
+                    Stream::Stderr => LogStream::Stderr,
+                };
+                if self.want != LogStream::Both && self.want != s {
+                    return None;
+                }
+                LogEvent::Data {
+                    stream: s,
+                    data: base64::engine::general_purpose::STANDARD.encode(&data),
+                    ts_nanos,
+                    cursor: self.cursor(at),
                 }
             }
+        })
+    }
+
+    /// Stopped by maxBytes: say whether (and where) more follows, never a false end.
+    async fn send_after_limit(&self, pos: Pos) {
+        // The record first: output written before it became final is then seen below.
+        let record = self.registry.get(&self.id).ok();
+        let d = self.dir.clone();
+        let left = tokio::task::spawn_blocking(move || ledger::read_after(&d, pos, 1))
+            .await
+            .map(|r| r.map(|(e, _)| !e.is_empty()).unwrap_or(true))
+            .unwrap_or(true);
+        let _ = self
+            .tx
+            .send(line(&after_limit(
+                self.cursor(pos),
+                left,
+                self.follow,
+                record,
+            )))
+            .await;
+    }
+
+    /// The final record is written after output is drained: once seen, one more read gets
+    /// everything. Until then, waits for the ledger to change. `true`: the record is final.
+    async fn wait_for_more(&mut self) -> bool {
+        let final_seen = self
+            .registry
+            .get(&self.id)
+            .map(|r| r.is_final())
+            .unwrap_or(true);
+        if !final_seen {
+            if let Some(w) = self.wakes.as_mut() {
+                let _ = tokio::time::timeout(FOLLOW_FALLBACK, w.changed()).await;
+            }
         }
-        let record = registry.get(&id).ok().filter(|r| r.is_final());
-        let _ = tx.send(line(&end_event(cursor(pos), record))).await;
-    };
-    tokio::spawn(async move {
-        tokio::select! { _ = follow => {}, _ = stopping(stop) => {} }
-    });
-    Ok(ndjson(rx))
+        final_seen
+    }
 }
 
 async fn watch(State(st): State<AppState>) -> Response {
