@@ -88,7 +88,7 @@ fn free(l: &Ledger, why: &str) {
     for (p, _) in &l.segs {
         let _ = fs::remove_file(p);
     }
-    let _ = fs::write(l.dir.join(FREED), why);
+    let _ = crate::record::write_private(&l.dir.join(FREED), why.as_bytes());
 }
 
 /// Why a ledger's output was freed, if it was.

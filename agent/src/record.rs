@@ -39,6 +39,18 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T, durable: bool) -> io::Re
     Ok(())
 }
 
+/// Writes a file only its owner reads: everything under the state dir is (output, env, records,
+/// and files that say nothing but would weaken the rule if they were the exception).
+pub fn write_private(path: &Path, body: &[u8]) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(body)
+}
+
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> io::Result<T> {
     let body = fs::read(path)?;
     serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))

@@ -81,7 +81,7 @@ fn announce(layout: &Layout, id: &ExecId) -> Result<()> {
     // Room for the final record, kept from the start: on a filesystem that others fill
     // this process may have no output of its own to give up (best effort: none if already
     // full).
-    let _ = std::fs::write(reserve_path(layout, id), vec![0u8; RESERVE_BYTES]);
+    let _ = record::write_private(&reserve_path(layout, id), &[0u8; RESERVE_BYTES]);
     Ok(())
 }
 
