@@ -4,6 +4,7 @@
 pub mod act;
 pub mod agent;
 pub mod apply;
+pub mod certs;
 pub mod cleanup;
 pub mod controller;
 pub mod crdgen;

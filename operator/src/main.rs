@@ -10,7 +10,7 @@ use kube::Client;
 use sandbox_operator::controller::{self, Settings};
 use sandbox_operator::lease::{LeaderElector, LeaseConfig};
 use sandbox_operator::metrics::{self, Metrics};
-use sandbox_operator::subresources;
+use sandbox_operator::{certs, subresources};
 use tokio::sync::watch;
 use tracing::{error, info};
 
@@ -65,11 +65,56 @@ struct Args {
     /// server's aggregation layer) on this address; off when unset.
     #[arg(long)]
     subresources_addr: Option<SocketAddr>,
-    /// Serving certificate of the subresource API (PEM).
-    #[arg(long, default_value = "/var/run/secrets/sandbox.dev/serving/tls.crt")]
-    tls_cert_file: PathBuf,
-    #[arg(long, default_value = "/var/run/secrets/sandbox.dev/serving/tls.key")]
-    tls_key_file: PathBuf,
+    /// The Secret (in `--namespace`) with the subresource API's serving certificate (`tls.crt`,
+    /// `tls.key`), re-read while running.
+    #[arg(long, default_value = "sandbox-process-operator-operator-serving")]
+    serving_secret: String,
+    /// `self`: the leader issues and renews the serving certificate from its own CA (kept in
+    /// `--ca-secret`) and publishes the CA bundle into `--api-service`; `external`: another
+    /// issuer (cert-manager) writes the serving Secret and the APIService's caBundle.
+    #[arg(long, value_enum, default_value_t = CertMode::SelfSigned)]
+    certificates: CertMode,
+    #[arg(long, default_value = "sandbox-process-operator-ca")]
+    ca_secret: String,
+    #[arg(long, default_value = "v1alpha1.subresources.sandbox.dev")]
+    api_service: String,
+    /// DNS names of the serving certificate (the Service's), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    serving_dns: Vec<String>,
+    /// Validity of the CA (`self`): a duration such as `8760h`, `90m`, `600s`.
+    #[arg(long, default_value = "8760h", value_parser = duration)]
+    ca_validity: Duration,
+    /// Validity of the serving certificate (`self`); renewed at 2/3 of it.
+    #[arg(long, default_value = "2160h", value_parser = duration)]
+    leaf_validity: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum CertMode {
+    #[value(name = "self")]
+    SelfSigned,
+    External,
+}
+
+/// `<number><s|m|h|d>`: what Helm values and Go write for durations (one unit).
+fn duration(s: &str) -> Result<Duration, String> {
+    let (n, unit) = s.split_at(s.len().saturating_sub(1));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a number and a unit (s, m, h, d), e.g. 90m"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(format!("{s:?}: the unit must be s, m, h or d")),
+    };
+    match n.checked_mul(secs) {
+        Some(t) if t >= 60 => Ok(Duration::from_secs(t)),
+        _ => Err(format!(
+            "{s:?}: must be at least 60s and at most u64 seconds"
+        )),
+    }
 }
 
 fn identity(args: &Args) -> String {
@@ -93,6 +138,12 @@ async fn signal() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.subresources_addr.is_some()
+        && args.certificates == CertMode::SelfSigned
+        && args.serving_dns.is_empty()
+    {
+        anyhow::bail!("--serving-dns: required with --certificates=self (the Service's DNS names)");
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info,kube=warn,hyper=warn".into());
     if args.log_json {
@@ -124,9 +175,10 @@ async fn main() -> anyhow::Result<()> {
             args.agent_port,
             args.agent_url.clone(),
         );
-        let (cert, key) = (args.tls_cert_file.clone(), args.tls_key_file.clone());
+        let secret = args.serving_secret.clone();
         tokio::spawn(async move {
-            let request_headers = subresources::request_header_config(&client).await;
+            let (tls, request_headers) =
+                certs::reload::serving(client.clone(), namespace.clone(), secret).await;
             let server = subresources::Server {
                 client,
                 agents,
@@ -135,7 +187,7 @@ async fn main() -> anyhow::Result<()> {
                 agent_port,
                 agent_url,
             };
-            if let Err(e) = subresources::run(server, addr, &cert, &key).await {
+            if let Err(e) = subresources::run(server, addr, tls).await {
                 error!(error = %e, %addr, "subresource API stopped");
                 std::process::exit(1);
             }
@@ -173,6 +225,24 @@ async fn main() -> anyhow::Result<()> {
     }
     metrics.set_leader(true);
     metrics.ready.store(true, Ordering::Relaxed);
+    // The leader alone issues certificates: two replicas would make two CAs.
+    let issuing = (args.subresources_addr.is_some() && args.certificates == CertMode::SelfSigned)
+        .then(|| {
+            tokio::spawn(certs::issue_forever(
+                client.clone(),
+                certs::Issuing {
+                    namespace: args.namespace.clone(),
+                    ca_secret: args.ca_secret.clone(),
+                    serving_secret: args.serving_secret.clone(),
+                    api_service: args.api_service.clone(),
+                    dns: args.serving_dns.clone(),
+                    validity: certs::authority::Validity {
+                        ca: args.ca_validity,
+                        leaf: args.leaf_validity,
+                    },
+                },
+            ))
+        });
     {
         let tx = stop_tx.clone();
         tokio::spawn(async move {
@@ -194,6 +264,9 @@ async fn main() -> anyhow::Result<()> {
         orphan_sweep: Duration::from_secs(args.orphan_sweep_seconds),
     };
     controller::run(client, settings, metrics.clone(), shutdown).await?;
+    if let Some(t) = issuing {
+        t.abort();
+    }
     metrics.set_leader(false);
     metrics.ready.store(false, Ordering::Relaxed);
     if lost_lease.load(Ordering::SeqCst) {

@@ -29,14 +29,14 @@ use axum::{Extension, Json, Router};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use sandbox_api::crd::{SandboxProcess, SandboxProcessStatus, GROUP};
 use sandbox_api::wire::{ErrorCode, LogQuery, LogStream};
 use serde::Deserialize;
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::agent::discovery::agent_ip_for_node;
 use crate::agent::{url_for_ip, AgentClient, AgentError, AGENT_SELECTOR};
@@ -110,7 +110,8 @@ type Result<T, E = SubresourceError> = std::result::Result<T, E>;
 pub struct Server {
     pub client: Client,
     pub agents: AgentClient,
-    pub request_headers: RequestHeaderConfig,
+    /// Kept current by `certs::reload`.
+    pub request_headers: tokio::sync::watch::Receiver<RequestHeaderConfig>,
     /// Namespace of the agent pods.
     pub namespace: String,
     pub agent_port: u16,
@@ -118,38 +119,14 @@ pub struct Server {
     pub agent_url: Option<String>,
 }
 
-/// Reads the request-header settings the API server publishes, waiting until they can be read.
-pub async fn request_header_config(client: &Client) -> RequestHeaderConfig {
-    let api = Api::<ConfigMap>::namespaced(client.clone(), frontproxy::CONFIGMAP_NAMESPACE);
-    let mut delay = std::time::Duration::from_secs(1);
-    loop {
-        let err = match api.get(frontproxy::CONFIGMAP_NAME).await {
-            Ok(cm) => match RequestHeaderConfig::from_configmap(&cm) {
-                Ok(c) => return c,
-                Err(e) => e.to_string(),
-            },
-            Err(e) => format!(
-                "reading {}/{}: {e}",
-                frontproxy::CONFIGMAP_NAMESPACE,
-                frontproxy::CONFIGMAP_NAME
-            ),
-        };
-        warn!(error = %err, "subresource API not serving yet");
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(std::time::Duration::from_secs(60));
-    }
-}
-
 pub async fn run(
     server: Server,
     addr: SocketAddr,
-    cert_file: &std::path::Path,
-    key_file: &std::path::Path,
+    tls: tokio::sync::watch::Receiver<Arc<rustls::ServerConfig>>,
 ) -> anyhow::Result<()> {
-    let cfg = tls::server_config(cert_file, key_file, &server.request_headers.client_ca_pem)?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     info!(%addr, group = API_GROUP, "serving the subresource API");
-    tls::serve(listener, cfg, router(Arc::new(server))).await?;
+    tls::serve(listener, tls, router(Arc::new(server))).await?;
     Ok(())
 }
 
@@ -209,14 +186,14 @@ async fn resource_list() -> Json<serde_json::Value> {
 
 /// The user the API server's front proxy vouches for.
 fn caller(server: &Server, peer: &Peer, headers: &HeaderMap) -> Result<UserInfo> {
-    if !server.request_headers.allows(peer.common_name.as_deref()) {
+    let request_headers = server.request_headers.borrow().clone();
+    if !request_headers.allows(peer.common_name.as_deref()) {
         return Err(SubresourceError::Unauthorized(format!(
             "client certificate {:?} is not an allowed request-header proxy",
             peer.common_name.as_deref().unwrap_or("")
         )));
     }
-    server
-        .request_headers
+    request_headers
         .user(headers)
         .ok_or_else(|| SubresourceError::Unauthorized("no user in the request headers".into()))
 }

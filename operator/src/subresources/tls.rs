@@ -2,7 +2,6 @@
 //! on every connection, chained to the API server's request-header CA. Only the API server's
 //! aggregation layer holds such a certificate, so nobody else can assert an identity to us.
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +13,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
@@ -33,19 +33,21 @@ pub struct Peer {
     pub common_name: Option<String>,
 }
 
+/// The TLS configuration for a serving certificate and key (PEM) and the request-header CA.
 pub fn server_config(
-    cert_file: &Path,
-    key_file: &Path,
+    cert_pem: &str,
+    key_pem: &str,
     client_ca_pem: &str,
 ) -> Result<rustls::ServerConfig, TlsError> {
-    let pem_err = |path: &Path, e: rustls::pki_types::pem::Error| TlsError::Pem {
-        path: path.display().to_string(),
+    let pem_err = |what: &str, e: rustls::pki_types::pem::Error| TlsError::Pem {
+        path: what.to_string(),
         message: e.to_string(),
     };
-    let certs = CertificateDer::pem_file_iter(cert_file)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| pem_err(cert_file, e))?;
-    let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| pem_err(key_file, e))?;
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_err("serving certificate", e))?;
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| pem_err("serving key", e))?;
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
         let c = c.map_err(|e| TlsError::ClientCa(e.to_string()))?;
@@ -85,12 +87,13 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Accepts TLS connections forever, serving `router` on each with the peer's identity attached.
 /// An accept error (descriptors exhausted, a reset in the backlog) is logged and waited out,
 /// never the end of the server: the operator would exit with it.
+/// The configuration is taken per connection from `cfg`, so a renewed certificate serves new
+/// connections while open ones keep theirs.
 pub async fn serve(
     listener: TcpListener,
-    cfg: rustls::ServerConfig,
+    cfg: watch::Receiver<Arc<rustls::ServerConfig>>,
     router: Router,
 ) -> std::io::Result<()> {
-    let acceptor = TlsAcceptor::from(Arc::new(cfg));
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (tcp, remote) = match listener.accept().await {
@@ -105,7 +108,8 @@ pub async fn serve(
             debug!(%remote, "connection cap reached; closing");
             continue; // dropping `tcp` closes it
         };
-        let (acceptor, router) = (acceptor.clone(), router.clone());
+        let acceptor = TlsAcceptor::from(cfg.borrow().clone());
+        let router = router.clone();
         tokio::spawn(async move {
             connection(acceptor, router, tcp, remote).await;
             drop(slot);

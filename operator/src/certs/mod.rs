@@ -1,0 +1,224 @@
+//! The subresource API's certificates, rendered by nobody: the chart holds no key material, so
+//! `helm template` is deterministic and GitOps tools see no drift.
+//!
+//! - `self` mode: the leader owns a CA ([`authority`]) and keeps two Secrets: the CA (with the
+//!   trusted bundle, the previous CA included during a rollover) and the serving certificate;
+//!   it publishes the bundle into the APIService's `caBundle`. Renewal at 2/3 of validity.
+//! - `external` mode (cert-manager): something else writes the serving Secret (`tls.crt`,
+//!   `tls.key`, `ca.crt`) and the APIService's `caBundle`; the operator only reads.
+//!
+//! Every replica reloads the serving Secret and the API server's request-header CA while it
+//! runs ([`reload`]): new connections get the new certificate, open ones keep theirs.
+pub mod authority;
+pub mod reload;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use k8s_openapi::ByteString;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use authority::{KeyCert, Stored, Validity};
+
+const FIELD_MANAGER: &str = "sandbox-operator-certs";
+/// On the CA Secret: when the current CA entered the bundle (unix seconds).
+const PUBLISHED_AT: &str = "sandbox.dev/ca-published-at";
+
+/// What the leader keeps.
+#[derive(Clone, Debug)]
+pub struct Issuing {
+    pub namespace: String,
+    pub ca_secret: String,
+    pub serving_secret: String,
+    /// The APIService whose `caBundle` carries the bundle.
+    pub api_service: String,
+    /// The serving certificate's names (the Service's DNS names).
+    pub dns: Vec<String>,
+    pub validity: Validity,
+}
+
+impl Issuing {
+    /// How often the leader looks (three GETs): a Secret or caBundle removed by someone else (a
+    /// Helm upgrade from a chart that rendered them) is back within this.
+    fn tick(&self) -> Duration {
+        (self.validity.leaf / 20).clamp(Duration::from_secs(5), Duration::from_secs(10))
+    }
+
+    /// How long a new CA is in the bundle before the serving certificate moves to it: the
+    /// API server reads the APIService at once; replicas reload within their poll period.
+    fn publish_delay(&self) -> Duration {
+        (self.validity.leaf / 10).clamp(Duration::from_secs(20), Duration::from_secs(600))
+    }
+}
+
+/// The leader's loop: renew what is due, publish the bundle. Errors are logged and retried.
+pub async fn issue_forever(client: Client, s: Issuing) {
+    loop {
+        if let Err(e) = issue_once(&client, &s).await {
+            warn!(error = %e, "certificates: will retry");
+        }
+        tokio::time::sleep(s.tick()).await;
+    }
+}
+
+pub async fn issue_once(client: &Client, s: &Issuing) -> anyhow::Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &s.namespace);
+    let ca = secrets.get_opt(&s.ca_secret).await?;
+    let serving = secrets.get_opt(&s.serving_secret).await?;
+    let stored = Stored {
+        ca: ca.as_ref().and_then(|c| key_cert(c, "tls.crt", "tls.key")),
+        bundle: ca
+            .as_ref()
+            .and_then(|c| text(c, "ca-bundle.crt"))
+            .map(|b| split_pem(&b))
+            .unwrap_or_default(),
+        leaf: serving
+            .as_ref()
+            .and_then(|c| key_cert(c, "tls.crt", "tls.key")),
+        ca_published_at: ca.as_ref().and_then(|c| {
+            c.metadata
+                .annotations
+                .as_ref()?
+                .get(PUBLISHED_AT)?
+                .parse()
+                .ok()
+        }),
+    };
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let next = authority::plan(&stored, &s.ca_secret, &s.dns, s.validity, s.publish_delay(), now)?;
+    let state = match next {
+        None => stored,
+        Some(next) => {
+            write(&secrets, s, &next).await?;
+            info!(
+                leaf_expires = authority::not_after(&next.leaf.as_ref().unwrap().cert),
+                trusted_cas = next.bundle.len(),
+                "certificates renewed"
+            );
+            next
+        }
+    };
+    publish_bundle(client, &s.api_service, &state.bundle.concat()).await
+}
+
+async fn write(secrets: &Api<Secret>, s: &Issuing, next: &Stored) -> anyhow::Result<()> {
+    let ca = next.ca.as_ref().expect("a plan always has a CA");
+    let leaf = next.leaf.as_ref().expect("a plan always has a leaf");
+    let bundle = next.bundle.concat();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    // The CA first: a crash between the two writes leaves a leaf the next look reissues.
+    let ca_secret = secret(
+        &s.ca_secret,
+        &s.namespace,
+        [
+            ("tls.crt", ca.cert.as_str()),
+            ("tls.key", ca.key.as_str()),
+            ("ca-bundle.crt", bundle.as_str()),
+        ],
+        next.ca_published_at
+            .map(|t| (PUBLISHED_AT.to_string(), t.to_string())),
+    );
+    secrets
+        .patch(&s.ca_secret, &params, &Patch::Apply(&ca_secret))
+        .await?;
+    let serving = secret(
+        &s.serving_secret,
+        &s.namespace,
+        [
+            ("tls.crt", leaf.cert.as_str()),
+            ("tls.key", leaf.key.as_str()),
+            ("ca.crt", bundle.as_str()),
+        ],
+        None,
+    );
+    secrets
+        .patch(&s.serving_secret, &params, &Patch::Apply(&serving))
+        .await?;
+    Ok(())
+}
+
+/// The APIService's `caBundle`, when it differs (the API server verifies us with it).
+async fn publish_bundle(client: &Client, name: &str, bundle: &str) -> anyhow::Result<()> {
+    let api: Api<APIService> = Api::all(client.clone());
+    let current = api.get(name).await?;
+    let have = current
+        .spec
+        .as_ref()
+        .and_then(|s| s.ca_bundle.as_ref())
+        .map(|b| b.0.as_slice());
+    if have == Some(bundle.as_bytes()) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"spec": {"caBundle": ByteString(bundle.as_bytes().to_vec())}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    info!(apiservice = name, "caBundle published");
+    Ok(())
+}
+
+fn secret<const N: usize>(
+    name: &str,
+    namespace: &str,
+    data: [(&str, &str); N],
+    annotation: Option<(String, String)>,
+) -> serde_json::Value {
+    let data: BTreeMap<&str, ByteString> = data
+        .into_iter()
+        .map(|(k, v)| (k, ByteString(v.as_bytes().to_vec())))
+        .collect();
+    let annotations: BTreeMap<String, String> = annotation.into_iter().collect();
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": annotations,
+            "labels": {"app.kubernetes.io/managed-by": "sandbox-operator"},
+        },
+        // The type of the Secret the chart used to render (immutable): an upgrade finds it.
+        "type": "kubernetes.io/tls",
+        "data": data,
+    })
+}
+
+pub(crate) fn text(s: &Secret, key: &str) -> Option<String> {
+    let b = s.data.as_ref()?.get(key)?;
+    String::from_utf8(b.0.clone()).ok()
+}
+
+fn key_cert(s: &Secret, cert: &str, key: &str) -> Option<KeyCert> {
+    Some(KeyCert {
+        cert: text(s, cert)?,
+        key: text(s, key)?,
+    })
+}
+
+/// The certificates of a PEM bundle, each with its END line.
+fn split_pem(bundle: &str) -> Vec<String> {
+    const END: &str = "-----END CERTIFICATE-----";
+    bundle
+        .split_inclusive(END)
+        .map(|c| c.trim_start().to_string())
+        .filter(|c| c.ends_with(END))
+        .map(|c| c + "\n")
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundles_split_into_certificates() {
+        let a = "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n";
+        let b = "-----BEGIN CERTIFICATE-----\nBBB\n-----END CERTIFICATE-----\n";
+        assert_eq!(split_pem(&format!("{a}{b}")), [a, b]);
+        assert_eq!(split_pem(""), Vec::<String>::new());
+        assert_eq!(split_pem(&format!("{a}\n\n{b}junk")), [a, b]);
+    }
+}
