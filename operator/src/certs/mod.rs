@@ -89,7 +89,14 @@ pub async fn issue_once(client: &Client, s: &Issuing) -> anyhow::Result<()> {
         }),
     };
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let next = authority::plan(&stored, &s.ca_secret, &s.dns, s.validity, s.publish_delay(), now)?;
+    let next = authority::plan(
+        &stored,
+        &s.ca_secret,
+        &s.dns,
+        s.validity,
+        s.publish_delay(),
+        now,
+    )?;
     let state = match next {
         None => stored,
         Some(next) => {

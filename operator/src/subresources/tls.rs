@@ -150,3 +150,109 @@ async fn connection(
         debug!(%remote, error = %e, "connection");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs::authority;
+    use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair};
+    use rustls::pki_types::ServerName;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A client certificate from `ca`, as the API server's front proxy holds one.
+    fn client_cert(
+        ca: &authority::KeyCert,
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        let issuer =
+            Issuer::from_ca_cert_pem(&ca.cert, KeyPair::from_pem(&ca.key).unwrap()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, "front-proxy-client");
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = p.signed_by(&key, &issuer).unwrap();
+        (
+            vec![cert.der().clone()],
+            PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
+        )
+    }
+
+    async fn get(tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> String {
+        tls.write_all(b"GET /x HTTP/1.1\r\nHost: api\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = tls.read(&mut buf).await.unwrap();
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    }
+
+    fn peer(tls: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> Vec<u8> {
+        tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+    }
+
+    /// A renewed certificate serves new connections; an open connection keeps working on the
+    /// one it was made with (what a `kubectl sandbox logs -f` relies on).
+    #[tokio::test]
+    async fn new_connections_get_the_new_certificate_open_ones_keep_theirs() {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let ca = authority::new_ca("serving-ca", Duration::from_secs(3600), now).unwrap();
+        let proxy_ca = authority::new_ca("front-proxy-ca", Duration::from_secs(3600), now).unwrap();
+        let names = vec!["api.ns.svc".to_string()];
+        let (a, b) = (
+            authority::issue(&ca, &names, Duration::from_secs(600), now).unwrap(),
+            authority::issue(&ca, &names, Duration::from_secs(600), now).unwrap(),
+        );
+        let (tx, rx) = watch::channel(Arc::new(
+            server_config(&a.cert, &a.key, &proxy_ca.cert).unwrap(),
+        ));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/x", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(serve(listener, rx, router));
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca.cert.as_bytes()).unwrap())
+            .unwrap();
+        let (chain, key) = client_cert(&proxy_ca);
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let connect = || async {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let name = ServerName::try_from("api.ns.svc").unwrap();
+            connector.connect(name, tcp).await.unwrap()
+        };
+        let der = |pem: &str| {
+            CertificateDer::from_pem_slice(pem.as_bytes())
+                .unwrap()
+                .to_vec()
+        };
+
+        let mut open = connect().await;
+        assert!(get(&mut open).await.contains("200 OK"));
+        assert_eq!(peer(&open), der(&a.cert));
+
+        tx.send(Arc::new(
+            server_config(&b.cert, &b.key, &proxy_ca.cert).unwrap(),
+        ))
+        .unwrap();
+        let fresh = connect().await;
+        assert_eq!(
+            peer(&fresh),
+            der(&b.cert),
+            "a new connection gets the new certificate"
+        );
+        assert!(
+            get(&mut open).await.contains("200 OK"),
+            "the open connection still serves"
+        );
+        assert_eq!(peer(&open), der(&a.cert));
+    }
+}
