@@ -19,7 +19,7 @@ use sandbox_api::crd::SandboxProcess;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::agent::{AgentClient, AgentError, Agents, AGENT_SELECTOR};
+use crate::agent::{AgentClient, AgentError, Agents};
 use crate::memo::Memo;
 use crate::metrics::Metrics;
 
@@ -103,6 +103,9 @@ pub struct Settings {
     pub orphan_sweep: Duration,
     /// Namespace of the agent pods.
     pub namespace: String,
+    /// Labels of this release's agent pods: another release's agents (same namespace or not)
+    /// never receive this operator's token.
+    pub agent_selector: String,
     /// `reportingInstance` of Events.
     pub instance: String,
 }
@@ -233,10 +236,13 @@ pub async fn run(
     } else {
         let (store, writer) = reflector::store::<Pod>();
         let api = Api::<Pod>::namespaced(client.clone(), &settings.namespace);
-        let stream = watcher(api, watcher::Config::default().labels(AGENT_SELECTOR))
-            .default_backoff()
-            .reflect(writer)
-            .for_each(|_| futures::future::ready(()));
+        let stream = watcher(
+            api,
+            watcher::Config::default().labels(&settings.agent_selector),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| futures::future::ready(()));
         tokio::spawn(stream);
         Some(store)
     };

@@ -24,6 +24,9 @@ struct Args {
     /// Bearer token for the agents: a projected ServiceAccount token of audience `sandbox-agent`.
     #[arg(long, default_value = "/var/run/secrets/sandbox.dev/agent-token/token")]
     agent_token_file: PathBuf,
+    /// Label selector of this release's agent pods (in `--namespace`).
+    #[arg(long, default_value = sandbox_operator::agent::AGENT_SELECTOR)]
+    agent_selector: String,
     /// Port of the agent API on the agent pods.
     #[arg(long, default_value_t = 9443)]
     agent_port: u16,
@@ -175,7 +178,7 @@ async fn main() -> anyhow::Result<()> {
             args.agent_port,
             args.agent_url.clone(),
         );
-        let secret = args.serving_secret.clone();
+        let (secret, agent_selector) = (args.serving_secret.clone(), args.agent_selector.clone());
         tokio::spawn(async move {
             let (tls, request_headers) =
                 certs::reload::serving(client.clone(), namespace.clone(), secret).await;
@@ -186,6 +189,7 @@ async fn main() -> anyhow::Result<()> {
                 namespace,
                 agent_port,
                 agent_url,
+                agent_selector,
             };
             if let Err(e) = subresources::run(server, addr, tls).await {
                 error!(error = %e, %addr, "subresource API stopped");
@@ -260,6 +264,7 @@ async fn main() -> anyhow::Result<()> {
         agent_port: args.agent_port,
         agent_token_file: args.agent_token_file.clone(),
         namespace: args.namespace.clone(),
+        agent_selector: args.agent_selector.clone(),
         instance: identity,
         orphan_sweep: Duration::from_secs(args.orphan_sweep_seconds),
     };

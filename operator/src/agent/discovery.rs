@@ -7,7 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{now, Agents};
 
-/// Labels of the agent pods (in the operator's namespace).
+/// Labels of the agent pods (in the operator's namespace) when `--agent-selector` is not given;
+/// the chart gives one with the release's instance label.
 pub const AGENT_SELECTOR: &str =
     "app.kubernetes.io/name=sandbox-process-operator,app.kubernetes.io/component=agent";
 

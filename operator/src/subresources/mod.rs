@@ -39,7 +39,7 @@ use serde_json::json;
 use tracing::info;
 
 use crate::agent::discovery::agent_ip_for_node;
-use crate::agent::{url_for_ip, AgentClient, AgentError, AGENT_SELECTOR};
+use crate::agent::{url_for_ip, AgentClient, AgentError};
 use frontproxy::{RequestHeaderConfig, UserInfo};
 use tls::Peer;
 
@@ -117,6 +117,8 @@ pub struct Server {
     pub agent_port: u16,
     /// `--agent-url`: one agent for every node.
     pub agent_url: Option<String>,
+    /// Labels of this release's agent pods (`--agent-selector`).
+    pub agent_selector: String,
 }
 
 pub async fn run(
@@ -320,7 +322,7 @@ async fn agent_url(server: &Server, node: &str) -> Result<String> {
     let pods = Api::<Pod>::namespaced(server.client.clone(), &server.namespace)
         .list(
             &ListParams::default()
-                .labels(AGENT_SELECTOR)
+                .labels(&server.agent_selector)
                 .fields(&format!("spec.nodeName={node}")),
         )
         .await
