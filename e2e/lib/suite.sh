@@ -3,6 +3,7 @@
 # Each suite makes its own preconditions true instead of assuming what ran before it:
 #   fresh_namespace NS     the namespace of an earlier run gone (finalizers dropped if no operator
 #                          is left to handle them), then created anew
+#   no_namespace NS        the same, without creating it (for `helm install --create-namespace`)
 #   no_release             no chart release of ours in any namespace, no operator or agent pod left
 #   check NAME CMD...      runs one check; "ok"/"FAIL" with the output indented ("note:" lines
 #                          of a passing check are shown)
@@ -64,20 +65,24 @@ drop_finalizers() {
   done
 }
 
+# no_namespace NS: deletes NS of an earlier run and waits until it is gone.
+no_namespace() {
+  local ns=$1
+  kubectl get namespace "$ns" >/dev/null 2>&1 || return 0
+  echo "removing namespace $ns left by an earlier run"
+  kubectl -n "$ns" delete sbp --all --wait=false >/dev/null 2>&1 || true
+  kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
+  if ! kubectl wait --for=delete "namespace/$ns" --timeout=30s >/dev/null 2>&1; then
+    drop_finalizers "$ns"
+    kubectl wait --for=delete "namespace/$ns" --timeout=150s >/dev/null 2>&1 ||
+      refuse "namespace $ns is still Terminating after 3 min: kubectl get namespace $ns -o yaml"
+  fi
+}
+
 # fresh_namespace NS: deletes NS of an earlier run (waits until it is gone), then creates it.
 fresh_namespace() {
-  local ns=$1
-  if kubectl get namespace "$ns" >/dev/null 2>&1; then
-    echo "removing namespace $ns left by an earlier run"
-    kubectl -n "$ns" delete sbp --all --wait=false >/dev/null 2>&1 || true
-    kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
-    if ! kubectl wait --for=delete "namespace/$ns" --timeout=30s >/dev/null 2>&1; then
-      drop_finalizers "$ns"
-      kubectl wait --for=delete "namespace/$ns" --timeout=150s >/dev/null 2>&1 ||
-        refuse "namespace $ns is still Terminating after 3 min: kubectl get namespace $ns -o yaml"
-    fi
-  fi
-  kubectl create namespace "$ns" >/dev/null
+  no_namespace "$1"
+  kubectl create namespace "$1" >/dev/null
 }
 
 # no_release: uninstalls every release of this chart (the demo's included) after deleting every

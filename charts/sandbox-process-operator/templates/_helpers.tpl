@@ -106,3 +106,33 @@ socket: {{ $cri.socket | default $preset.socket | quote }}
 runtimeBinary: {{ $cri.runtimeBinary | default $preset.runtimeBinary | quote }}
 runtimeRoot: {{ $cri.runtimeRoot | default $preset.runtimeRoot | quote }}
 {{- end -}}
+
+{{/*
+What Pod Security judges of the agent's pod, in one place for the DaemonSet and the
+pre-install check (templates/needs-namespace-label/): hostPID, the container's securityContext
+and the two hostPath volumes. spo.agent.hostPathVolumes takes (dict "root" . "checkOnly" BOOL):
+checkOnly leaves the hostPath type unset, so the check pod, which mounts neither, makes and
+checks nothing on the node.
+*/}}
+{{- define "spo.agent.containerSecurityContext" -}}
+privileged: true
+runAsUser: 0
+runAsGroup: 0
+readOnlyRootFilesystem: true
+{{- end -}}
+
+{{- define "spo.agent.hostPathVolumes" -}}
+{{- $runtime := include "spo.agent.runtime" .root | fromYaml -}}
+- name: state
+  hostPath:
+    path: {{ .root.Values.agent.stateDir }}
+    {{- if not .checkOnly }}
+    type: DirectoryOrCreate
+    {{- end }}
+- name: cri
+  hostPath:
+    path: {{ dir $runtime.socket }}
+    {{- if not .checkOnly }}
+    type: Directory
+    {{- end }}
+{{- end -}}
