@@ -444,10 +444,14 @@ pub enum ReadError {
 /// available). Returns the entries and the position to continue from.
 pub fn read_after(dir: &Path, pos: Pos, max_bytes: u64) -> Result<(Vec<Entry>, Pos), ReadError> {
     let segs = segments(dir)?;
-    let mut out = Vec::new();
-    let mut pos = pos;
     let Some(first) = segs.first() else {
-        return Ok((out, pos));
+        return Ok((Vec::new(), pos));
+    };
+    let mut r = Reader {
+        out: Vec::new(),
+        pos,
+        budget: max_bytes,
+        have_data: false,
     };
     if pos.offset < first.start {
         let to = Pos {
@@ -458,34 +462,47 @@ pub fn read_after(dir: &Path, pos: Pos, max_bytes: u64) -> Result<(Vec<Entry>, P
                 .unwrap_or(pos.data + (first.start - pos.offset))
                 .max(pos.data),
         };
-        out.push(Entry::Gap { from: pos, to });
-        pos = to;
+        r.out.push(Entry::Gap { from: pos, to });
+        r.pos = to;
     }
-    let mut budget = max_bytes;
-    let mut have_data = false;
-    let mut idx = match segs.iter().rposition(|s| s.start <= pos.offset) {
-        Some(i) => i,
-        None => return Ok((out, pos)),
+    let Some(mut idx) = segs.iter().rposition(|s| s.start <= r.pos.offset) else {
+        return Ok((r.out, r.pos));
     };
-    while idx < segs.len() {
-        let start = segs[idx].start;
-        let file = match File::open(&segs[idx].path) {
+    while r.segment(&segs[idx].path, segs[idx].start)? {
+        // Move on only if a later segment exists and this one is complete up to its start.
+        match segs.get(idx + 1) {
+            Some(next) if next.start == r.pos.offset => idx += 1,
+            _ => break,
+        }
+    }
+    Ok((r.out, r.pos))
+}
+
+/// One read's progress through the segments.
+struct Reader {
+    out: Vec<Entry>,
+    pos: Pos,
+    budget: u64,
+    have_data: bool,
+}
+
+impl Reader {
+    /// Reads the frames of one segment from `pos`; `false`: the read is complete (budget spent,
+    /// or the segment was dropped meanwhile: the gap is reported on the next read).
+    fn segment(&mut self, path: &Path, start: u64) -> Result<bool, ReadError> {
+        let file = match File::open(path) {
             Ok(f) => f,
-            // Dropped between listing and opening: report the gap on the next read.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((out, pos)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(e.into()),
         };
         let len = file.metadata()?.len();
-        if pos.offset > start + len {
-            return Err(ReadError::BadCursor(pos.offset));
+        if self.pos.offset > start + len {
+            return Err(ReadError::BadCursor(self.pos.offset));
         }
         let mut r = BufReader::with_capacity(256 * 1024, file);
-        r.seek(SeekFrom::Start(pos.offset - start))?;
-        let mut at = pos.offset - start;
-        loop {
-            if at + HEADER as u64 > len {
-                break;
-            }
+        r.seek(SeekFrom::Start(self.pos.offset - start))?;
+        let mut at = self.pos.offset - start;
+        while at + HEADER as u64 <= len {
             let mut hdr = [0u8; HEADER];
             r.read_exact(&mut hdr)?;
             let stream = Stream::from_byte(hdr[1]);
@@ -497,47 +514,43 @@ pub fn read_after(dir: &Path, pos: Pos, max_bytes: u64) -> Result<(Vec<Entry>, P
             if at + HEADER as u64 + n > len {
                 break; // frame still being written
             }
-            if lost {
-                let mut b = [0u8; 8];
-                r.read_exact(&mut b)?;
-                at += HEADER as u64 + n;
-                let from = pos;
-                pos = Pos {
-                    offset: start + at,
-                    data: pos.data + u64::from_le_bytes(b),
-                };
-                out.push(Entry::Gap { from, to: pos });
-                continue;
+            if !lost && self.have_data && n > self.budget {
+                return Ok(false);
             }
-            if have_data && n > budget {
-                return Ok((out, pos));
-            }
-            let mut data = vec![0u8; n as usize];
-            r.read_exact(&mut data)?;
+            let mut body = vec![0u8; n as usize];
+            r.read_exact(&mut body)?;
             at += HEADER as u64 + n;
-            pos = Pos {
-                offset: start + at,
-                data: pos.data + n,
-            };
-            budget = budget.saturating_sub(n);
-            have_data = true;
-            out.push(Entry::Data {
-                stream: stream.unwrap(),
-                ts_nanos: u64::from_le_bytes(hdr[6..14].try_into().unwrap()),
-                data,
-                cursor: pos,
-            });
-            if budget == 0 {
-                return Ok((out, pos));
+            let from = self.pos;
+            match stream {
+                Some(stream) if !lost => {
+                    self.pos = Pos {
+                        offset: start + at,
+                        data: from.data + n,
+                    };
+                    self.budget = self.budget.saturating_sub(n);
+                    self.have_data = true;
+                    self.out.push(Entry::Data {
+                        stream,
+                        ts_nanos: u64::from_le_bytes(hdr[6..14].try_into().unwrap()),
+                        data: body,
+                        cursor: self.pos,
+                    });
+                    if self.budget == 0 {
+                        return Ok(false);
+                    }
+                }
+                _ => {
+                    // A record of bytes never stored: a gap of that many.
+                    self.pos = Pos {
+                        offset: start + at,
+                        data: from.data + u64::from_le_bytes(body[..8].try_into().unwrap()),
+                    };
+                    self.out.push(Entry::Gap { from, to: self.pos });
+                }
             }
         }
-        // Move on only if a later segment exists and this one is complete up to its start.
-        match segs.get(idx + 1) {
-            Some(next) if next.start == pos.offset => idx += 1,
-            _ => break,
-        }
+        Ok(true)
     }
-    Ok((out, pos))
 }
 
 /// Total bytes ever appended (end offset), from the segment list.

@@ -230,34 +230,16 @@ pub async fn run(
         })
         .reflect(pod_writer)
         .touched_objects();
-
-    let agent_pods = if settings.agent_url.is_some() {
-        None
-    } else {
-        let (store, writer) = reflector::store::<Pod>();
-        let api = Api::<Pod>::namespaced(client.clone(), &settings.namespace);
-        let stream = watcher(
-            api,
-            watcher::Config::default().labels(&settings.agent_selector),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .for_each(|_| futures::future::ready(()));
-        tokio::spawn(stream);
-        Some(store)
-    };
-
-    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let (tx, rx) = mpsc::unbounded_channel::<String>();
     let agents = Agents::new(
         AgentClient::new(settings.agent_token_file.clone())?,
         settings.agent_url.clone(),
-        agent_pods,
+        agent_pods(&client, &settings),
         settings.agent_port,
         tx,
     );
     let watches = tokio::spawn(agents.clone().run_watches());
     let (sweeper_agents, sweep_every) = (agents.clone(), settings.orphan_sweep);
-
     let reporter = Reporter {
         controller: FIELD_MANAGER.into(),
         instance: Some(settings.instance.clone()),
@@ -284,21 +266,11 @@ pub async fn run(
     .modify(slim)
     .reflect(writer)
     .applied_objects();
-    let controller = Controller::for_stream(objects, store.clone())
-        .with_config(controller::Config::default().concurrency(concurrency));
-    // Agent record changed → reconcile the object whose UID is the exec id.
-    let by_uid = store.clone();
-    let agent_changes =
-        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).filter_map(move |uid: String| {
-            let found = by_uid
-                .find(|o| o.metadata.uid.as_deref() == Some(uid.as_str()))
-                .map(|o| ObjectRef::from_obj(o.as_ref()));
-            futures::future::ready(found)
-        });
-    // Pod changed → reconcile the objects naming it.
+    let sweeper = tokio::spawn(sweep_orphans(sweeper_agents, store.clone(), sweep_every));
     let by_pod = store.clone();
-    let sweeper = tokio::spawn(sweep_orphans(sweeper_agents, store, sweep_every));
-    let controller = controller
+    let controller = Controller::for_stream(objects, store.clone())
+        .with_config(controller::Config::default().concurrency(concurrency))
+        // Pod changed → reconcile the objects naming it.
         .watches_stream(pod_events, move |p: Pod| {
             let (ns, name) = (p.namespace(), p.name_any());
             by_pod
@@ -308,7 +280,7 @@ pub async fn run(
                 .map(|o| ObjectRef::from_obj(o.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_on(agent_changes)
+        .reconcile_on(agent_changes(rx, store))
         .graceful_shutdown_on(shutdown);
     info!(concurrency, "controller running");
     controller
@@ -327,6 +299,37 @@ pub async fn run(
     watches.abort();
     sweeper.abort();
     Ok(())
+}
+
+/// This release's agent pods, cached (none with a fixed `--agent-url`).
+fn agent_pods(client: &Client, settings: &Settings) -> Option<Store<Pod>> {
+    if settings.agent_url.is_some() {
+        return None;
+    }
+    let (store, writer) = reflector::store::<Pod>();
+    let api = Api::<Pod>::namespaced(client.clone(), &settings.namespace);
+    let stream = watcher(
+        api,
+        watcher::Config::default().labels(&settings.agent_selector),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .for_each(|_| futures::future::ready(()));
+    tokio::spawn(stream);
+    Some(store)
+}
+
+/// Agent record changed → the object whose UID is the exec id.
+fn agent_changes(
+    mut rx: mpsc::UnboundedReceiver<String>,
+    store: Store<SandboxProcess>,
+) -> impl futures::Stream<Item = ObjectRef<SandboxProcess>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).filter_map(move |uid: String| {
+        let found = store
+            .find(|o| o.metadata.uid.as_deref() == Some(uid.as_str()))
+            .map(|o| ObjectRef::from_obj(o.as_ref()));
+        futures::future::ready(found)
+    })
 }
 
 /// The pod an object targets: `spec.podName`, or the one its selector chose ("" before that).

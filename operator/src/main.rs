@@ -147,72 +147,20 @@ async fn main() -> anyhow::Result<()> {
     {
         anyhow::bail!("--serving-dns: required with --certificates=self (the Service's DNS names)");
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,kube=warn,hyper=warn".into());
-    if args.log_json {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
+    init_logging(args.log_json);
     let identity = identity(&args);
     let client = Client::try_default().await?;
     let metrics = Arc::new(Metrics::new());
-    {
-        let (addr, m) = (args.metrics_addr, metrics.clone());
-        tokio::spawn(async move {
-            if let Err(e) = metrics::serve(addr, m).await {
-                error!(error = %e, %addr, "metrics endpoint");
-            }
-        });
-    }
-
-    // Every replica serves the subresource API, leader or not: it only reads.
+    serve_metrics(args.metrics_addr, metrics.clone());
     if let Some(addr) = args.subresources_addr {
-        let (client, args) = (client.clone(), &args);
-        let agents = sandbox_operator::agent::AgentClient::new(args.agent_token_file.clone())?;
-        let (namespace, agent_port, agent_url) = (
-            args.namespace.clone(),
-            args.agent_port,
-            args.agent_url.clone(),
-        );
-        let (secret, agent_selector) = (args.serving_secret.clone(), args.agent_selector.clone());
-        tokio::spawn(async move {
-            let (tls, request_headers) =
-                certs::reload::serving(client.clone(), namespace.clone(), secret).await;
-            let server = subresources::Server {
-                client,
-                agents,
-                request_headers,
-                namespace,
-                agent_port,
-                agent_url,
-                agent_selector,
-            };
-            if let Err(e) = subresources::run(server, addr, tls).await {
-                error!(error = %e, %addr, "subresource API stopped");
-                std::process::exit(1);
-            }
-        });
+        serve_subresources(&args, client.clone(), addr)?;
     }
 
     // Shutdown: a signal, or losing the lease.
     let (stop_tx, mut stop_rx) = watch::channel(false);
-    let elector = args.leader_elect.then(|| {
-        Arc::new(LeaderElector::new(
-            client.clone(),
-            &args.lease_namespace,
-            LeaseConfig {
-                name: args.lease_name.clone(),
-                // The release's namespace too: the holder seen by a standby names the release.
-                identity: format!("{}/{identity}", args.namespace),
-                duration: Duration::from_secs(args.lease_duration_seconds.max(2)),
-                renew_every: Duration::from_secs((args.lease_duration_seconds / 3).max(1)),
-            },
-        ))
-    });
+    let elector = args
+        .leader_elect
+        .then(|| elector(&args, &client, &identity));
     let lost_lease = Arc::new(std::sync::atomic::AtomicBool::new(false));
     if let Some(e) = &elector {
         info!(identity = %identity, lease = %args.lease_name, namespace = %args.lease_namespace, "waiting for the leader lease");
@@ -231,22 +179,7 @@ async fn main() -> anyhow::Result<()> {
     metrics.ready.store(true, Ordering::Relaxed);
     // The leader alone issues certificates: two replicas would make two CAs.
     let issuing = (args.subresources_addr.is_some() && args.certificates == CertMode::SelfSigned)
-        .then(|| {
-            tokio::spawn(certs::issue_forever(
-                client.clone(),
-                certs::Issuing {
-                    namespace: args.namespace.clone(),
-                    ca_secret: args.ca_secret.clone(),
-                    serving_secret: args.serving_secret.clone(),
-                    api_service: args.api_service.clone(),
-                    dns: args.serving_dns.clone(),
-                    validity: certs::authority::Validity {
-                        ca: args.ca_validity,
-                        leaf: args.leaf_validity,
-                    },
-                },
-            ))
-        });
+        .then(|| tokio::spawn(certs::issue_forever(client.clone(), issuing(&args))));
     {
         let tx = stop_tx.clone();
         tokio::spawn(async move {
@@ -257,18 +190,7 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = async move {
         let _ = stop_rx.wait_for(|s| *s).await;
     };
-    let settings = Settings {
-        agent_grace: Duration::from_secs(args.agent_grace_seconds),
-        concurrency: args.concurrency.max(1),
-        agent_url: args.agent_url.clone(),
-        agent_port: args.agent_port,
-        agent_token_file: args.agent_token_file.clone(),
-        namespace: args.namespace.clone(),
-        agent_selector: args.agent_selector.clone(),
-        instance: identity,
-        orphan_sweep: Duration::from_secs(args.orphan_sweep_seconds),
-    };
-    controller::run(client, settings, metrics.clone(), shutdown).await?;
+    controller::run(client, settings(&args, identity), metrics.clone(), shutdown).await?;
     if let Some(t) = issuing {
         t.abort();
     }
@@ -283,4 +205,96 @@ async fn main() -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube=warn,hyper=warn".into());
+    if json {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+}
+
+fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) {
+    tokio::spawn(async move {
+        if let Err(e) = metrics::serve(addr, m).await {
+            error!(error = %e, %addr, "metrics endpoint");
+        }
+    });
+}
+
+/// Every replica serves the subresource API, leader or not: it only reads.
+fn serve_subresources(args: &Args, client: Client, addr: SocketAddr) -> anyhow::Result<()> {
+    let agents = sandbox_operator::agent::AgentClient::new(args.agent_token_file.clone())?;
+    let (namespace, secret) = (args.namespace.clone(), args.serving_secret.clone());
+    let (agent_port, agent_url, agent_selector) = (
+        args.agent_port,
+        args.agent_url.clone(),
+        args.agent_selector.clone(),
+    );
+    tokio::spawn(async move {
+        let (tls, request_headers) =
+            certs::reload::serving(client.clone(), namespace.clone(), secret).await;
+        let server = subresources::Server {
+            client,
+            agents,
+            request_headers,
+            namespace,
+            agent_port,
+            agent_url,
+            agent_selector,
+        };
+        if let Err(e) = subresources::run(server, addr, tls).await {
+            error!(error = %e, %addr, "subresource API stopped");
+            std::process::exit(1);
+        }
+    });
+    Ok(())
+}
+
+fn elector(args: &Args, client: &Client, identity: &str) -> Arc<LeaderElector> {
+    Arc::new(LeaderElector::new(
+        client.clone(),
+        &args.lease_namespace,
+        LeaseConfig {
+            name: args.lease_name.clone(),
+            // The release's namespace too: the holder seen by a standby names the release.
+            identity: format!("{}/{identity}", args.namespace),
+            duration: Duration::from_secs(args.lease_duration_seconds.max(2)),
+            renew_every: Duration::from_secs((args.lease_duration_seconds / 3).max(1)),
+        },
+    ))
+}
+
+fn issuing(args: &Args) -> certs::Issuing {
+    certs::Issuing {
+        namespace: args.namespace.clone(),
+        ca_secret: args.ca_secret.clone(),
+        serving_secret: args.serving_secret.clone(),
+        api_service: args.api_service.clone(),
+        dns: args.serving_dns.clone(),
+        validity: certs::authority::Validity {
+            ca: args.ca_validity,
+            leaf: args.leaf_validity,
+        },
+    }
+}
+
+fn settings(args: &Args, identity: String) -> Settings {
+    Settings {
+        agent_grace: Duration::from_secs(args.agent_grace_seconds),
+        concurrency: args.concurrency.max(1),
+        agent_url: args.agent_url.clone(),
+        agent_port: args.agent_port,
+        agent_token_file: args.agent_token_file.clone(),
+        namespace: args.namespace.clone(),
+        agent_selector: args.agent_selector.clone(),
+        instance: identity,
+        orphan_sweep: Duration::from_secs(args.orphan_sweep_seconds),
+    }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    ContainerFilter, ContainerState, ContainerStatusRequest, ListContainersRequest,
+    Container, ContainerFilter, ContainerState, ContainerStatusRequest, ListContainersRequest,
     PodSandboxStatusRequest,
 };
 use tokio::net::UnixStream;
@@ -48,58 +48,8 @@ impl CriLookup {
     }
 
     pub async fn find(&self, pod_uid: &str, container: &str) -> Result<ContainerInfo, AgentError> {
-        let mut client = self.client.clone();
-        let rt = |e: tonic::Status| {
-            AgentError::Runtime(format!("CRI {}: {}", self.socket.display(), e.message()))
-        };
-        let labels = HashMap::from([
-            (POD_UID_LABEL.to_string(), pod_uid.to_string()),
-            (CONTAINER_NAME_LABEL.to_string(), container.to_string()),
-        ]);
-        let list = client
-            .list_containers(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    label_selector: labels,
-                    ..Default::default()
-                }),
-            })
-            .await
-            .map_err(rt)?
-            .into_inner()
-            .containers;
-        let running = list
-            .iter()
-            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
-            .max_by_key(|c| c.created_at);
-        let Some(c) = running else {
-            return Err(if list.is_empty() {
-                AgentError::ContainerNotFound {
-                    pod_uid: pod_uid.into(),
-                    container: container.into(),
-                    detail: "the runtime lists no such container".into(),
-                }
-            } else {
-                AgentError::ContainerUnavailable {
-                    pod_uid: pod_uid.into(),
-                    container: container.into(),
-                    detail: "no running instance (created or exited)".into(),
-                }
-            });
-        };
-        let status = client
-            .container_status(ContainerStatusRequest {
-                container_id: c.id.clone(),
-                verbose: true,
-            })
-            .await
-            .map_err(rt)?
-            .into_inner();
-        let info = status
-            .info
-            .get("info")
-            .ok_or_else(|| AgentError::Runtime("verbose ContainerStatus has no info".into()))?;
-        let info: serde_json::Value = serde_json::from_str(info)
-            .map_err(|e| AgentError::Runtime(format!("ContainerStatus info: {e}")))?;
+        let c = self.running(pod_uid, container).await?;
+        let info = self.verbose_info(&c.id).await?;
         let pid = info["pid"].as_i64().unwrap_or(0) as i32;
         if pid <= 0 {
             return Err(AgentError::ContainerUnavailable {
@@ -118,17 +68,7 @@ impl CriLookup {
         let runtime = match runtime_of(&info) {
             Ok(r) => r,
             Err(runtime_type) => {
-                // Named by the pod's RuntimeClass handler, what the user chose.
-                let handler = client
-                    .pod_sandbox_status(PodSandboxStatusRequest {
-                        pod_sandbox_id: c.pod_sandbox_id.clone(),
-                        verbose: false,
-                    })
-                    .await
-                    .ok()
-                    .and_then(|r| r.into_inner().status)
-                    .map(|s| s.runtime_handler)
-                    .filter(|h| !h.is_empty());
+                let handler = self.handler(&c.pod_sandbox_id).await;
                 return Err(unsupported(handler.as_deref(), &runtime_type));
             }
         };
@@ -139,6 +79,83 @@ impl CriLookup {
             runtime_root: runtime.root,
             runtime_binary: runtime.binary,
         })
+    }
+
+    fn runtime_error(&self, e: tonic::Status) -> AgentError {
+        AgentError::Runtime(format!("CRI {}: {}", self.socket.display(), e.message()))
+    }
+
+    /// The newest running instance of the pod's container (a restarted container has several).
+    async fn running(&self, pod_uid: &str, container: &str) -> Result<Container, AgentError> {
+        let labels = HashMap::from([
+            (POD_UID_LABEL.to_string(), pod_uid.to_string()),
+            (CONTAINER_NAME_LABEL.to_string(), container.to_string()),
+        ]);
+        let list = self
+            .client
+            .clone()
+            .list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    label_selector: labels,
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(|e| self.runtime_error(e))?
+            .into_inner()
+            .containers;
+        let running = list
+            .iter()
+            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
+            .max_by_key(|c| c.created_at);
+        match running {
+            Some(c) => Ok(c.clone()),
+            None if list.is_empty() => Err(AgentError::ContainerNotFound {
+                pod_uid: pod_uid.into(),
+                container: container.into(),
+                detail: "the runtime lists no such container".into(),
+            }),
+            None => Err(AgentError::ContainerUnavailable {
+                pod_uid: pod_uid.into(),
+                container: container.into(),
+                detail: "no running instance (created or exited)".into(),
+            }),
+        }
+    }
+
+    /// containerd's verbose `info` of a container: its pid, OCI spec and runtime options.
+    async fn verbose_info(&self, id: &str) -> Result<serde_json::Value, AgentError> {
+        let status = self
+            .client
+            .clone()
+            .container_status(ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose: true,
+            })
+            .await
+            .map_err(|e| self.runtime_error(e))?
+            .into_inner();
+        let info = status
+            .info
+            .get("info")
+            .ok_or_else(|| AgentError::Runtime("verbose ContainerStatus has no info".into()))?;
+        serde_json::from_str(info)
+            .map_err(|e| AgentError::Runtime(format!("ContainerStatus info: {e}")))
+    }
+
+    /// The pod's RuntimeClass handler, what the user chose (to name it in a refusal).
+    async fn handler(&self, sandbox_id: &str) -> Option<String> {
+        self.client
+            .clone()
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: sandbox_id.to_string(),
+                verbose: false,
+            })
+            .await
+            .ok()
+            .and_then(|r| r.into_inner().status)
+            .map(|s| s.runtime_handler)
+            .filter(|h| !h.is_empty())
     }
 }
 
