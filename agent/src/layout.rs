@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 
 use crate::exec_id::ExecId;
 
+/// The host directory of pid files during launches (see [`Layout::launch_pid_file`]).
+pub const LAUNCH_DIR: &str = "/run/sandbox-agent";
+
 #[derive(Clone, Debug)]
 pub struct Layout {
     root: PathBuf,
@@ -70,6 +73,22 @@ impl Layout {
 
     pub fn pid_file(&self, id: &ExecId) -> PathBuf {
         self.proc_dir(id).join("pid")
+    }
+
+    /// Where the runtime writes the process's pid during the launch: the host's /run (a tmpfs
+    /// nobody's output fills), so a start on a state dir that other writers filled meanwhile
+    /// does not fail on a pid file it cannot create; the state dir when /run is not usable.
+    pub fn launch_pid_file(&self, id: &ExecId) -> PathBuf {
+        let run = Path::new(LAUNCH_DIR);
+        let usable = std::fs::create_dir_all(run).is_ok() && {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(run, std::fs::Permissions::from_mode(0o700)).is_ok()
+        };
+        if usable {
+            run.join(format!("{}.pid", id.as_str()))
+        } else {
+            self.pid_file(id)
+        }
     }
 
     pub fn ledger(&self, id: &ExecId) -> PathBuf {

@@ -34,7 +34,7 @@ impl Supervisor {
         let Some(cg_name) = self.make_cgroup()? else {
             return Ok(false);
         };
-        let pid_file = self.layout.pid_file(&self.id);
+        let pid_file = self.layout.launch_pid_file(&self.id);
         let _ = std::fs::remove_file(&pid_file);
         let log = self.layout.runtime_log(&self.id);
         open_runtime_log(&log)?;
@@ -55,6 +55,7 @@ impl Supervisor {
         let host_pid = std::fs::read_to_string(&pid_file)
             .ok()
             .and_then(|s| s.trim().parse::<i32>().ok());
+        let _ = std::fs::remove_file(&pid_file);
         let Some(host_pid) = host_pid.filter(|_| status == ChildEnd::Exited(0)) else {
             self.runtime_failed(&log, status)?;
             return Ok(false);
