@@ -38,6 +38,7 @@ pub mod server;
 pub mod signals;
 pub mod spawn;
 pub mod supervisor;
+pub mod tls;
 pub mod wait;
 
 pub use error::AgentError;

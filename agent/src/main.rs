@@ -39,6 +39,15 @@ enum AuthMode {
     Static,
 }
 
+#[derive(Copy, Clone, PartialEq, Eq, ValueEnum)]
+enum TlsMode {
+    /// Mutual TLS: a serving certificate for this node from the operator's signer (by
+    /// CertificateSigningRequest), callers' client certificates checked against the bundle.
+    Csr,
+    /// Plain HTTP (host-run tests only: the API is node-root equivalent).
+    Off,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve the agent API.
@@ -136,6 +145,26 @@ struct Serve {
     allowed_user: Option<String>,
     #[arg(long, default_value = "/proc")]
     proc_root: String,
+    #[arg(long, value_enum, default_value = "csr")]
+    tls: TlsMode,
+    /// This node's name (the serving certificate names it): the pod's spec.nodeName.
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
+    /// The agent pods' namespace (the certificate's name and the bundle ConfigMap's namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    namespace: Option<String>,
+    #[arg(long, default_value = "sandbox.dev/agent-serving")]
+    signer_name: String,
+    /// ConfigMap (key ca.crt) with the CAs callers' client certificates must chain to.
+    #[arg(long, default_value = "sandbox-process-operator-ca-bundle")]
+    client_ca_configmap: String,
+    /// Plain-HTTP /healthz (alive) and /readyz (serving TLS) for the kubelet's probes, which
+    /// hold no client certificate; off if unset.
+    #[arg(long)]
+    health_listen: Option<SocketAddr>,
+    /// How long open requests may run on after SIGTERM.
+    #[arg(long, default_value_t = 20)]
+    drain_seconds: u64,
     /// API server for TokenReview when not running in a pod (with --api-ca-file, --api-token-file).
     #[arg(long, requires_all = ["api_ca_file", "api_token_file"])]
     api_server: Option<String>,
@@ -227,6 +256,7 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
     // same host path would rescan, reattach and rewrite the same records. It waits instead.
     let _state_lock = lock_state_dir(&layout).await?;
     let auth = auth_of(&s)?;
+    let layout_root = layout.root().to_path_buf();
     let supervisor_bin = supervisor_bin_of(&s, &layout)?;
     let lookup = lookup_of(&s)?;
     let cfg = registry_config(&s, layout, lookup, supervisor_bin);
@@ -247,20 +277,152 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
     if let Some(addr) = s.metrics_listen {
         serve_metrics(addr, state.clone()).await?;
     }
-    let app = router(state);
+    let app = router(state.clone());
     let listener = tokio::net::TcpListener::bind(s.listen)
         .await
         .with_context(|| format!("binding {}", s.listen))?;
-    tracing::info!(listen = %listener.local_addr()?, "serving");
+    tracing::info!(listen = %listener.local_addr()?, "listening");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let shutdown = async move {
+    tokio::spawn(async move {
         tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
         tracing::info!("shutting down");
         let _ = stop_tx.send(true);
+    });
+    let stop = state.shutdown.clone();
+    match s.tls {
+        TlsMode::Off => {
+            if let Some(addr) = s.health_listen {
+                serve_health(addr, watch_ready(true)).await?;
+            }
+            let mut stop = stop;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await?;
+        }
+        TlsMode::Csr => {
+            let cfg = tls_config(&s, &layout_root)?;
+            if let Some(addr) = s.health_listen {
+                serve_health(addr, ready_when(cfg.clone())).await?;
+            }
+            let drain = std::time::Duration::from_secs(s.drain_seconds);
+            sandbox_agent::tls::serve(listener, cfg, app, stop, drain).await?;
+        }
+    }
+    Ok(())
+}
+
+type TlsConfig = tokio::sync::watch::Receiver<Option<Arc<rustls::ServerConfig>>>;
+
+/// The TLS configuration, rebuilt whenever our certificate or the client CA bundle changes.
+fn tls_config(s: &Serve, state_dir: &std::path::Path) -> anyhow::Result<TlsConfig> {
+    use sandbox_agent::tls::{api::ApiClient, bundle, identity, server_config};
+    use tokio::sync::watch;
+    let node = s
+        .node_name
+        .clone()
+        .context("--tls csr needs --node-name (NODE_NAME: the pod's spec.nodeName)")?;
+    let namespace = match &s.namespace {
+        Some(n) => n.clone(),
+        None => std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            .map(|n| n.trim().to_string())
+            .context("--tls csr needs --namespace (POD_NAMESPACE)")?,
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let api = ApiClient::new(&api_access(s)?)?;
+    let (id_tx, mut id_rx) = watch::channel(None);
+    let (ca_tx, mut ca_rx) = watch::channel(None);
+    tokio::spawn(identity::keep(
+        identity::Identity {
+            api: api.clone(),
+            node,
+            namespace: namespace.clone(),
+            signer: s.signer_name.clone(),
+            dir: state_dir.join("tls"),
+        },
+        id_tx,
+    ));
+    tokio::spawn(bundle::keep(
+        api,
+        namespace,
+        s.client_ca_configmap.clone(),
+        ca_tx,
+    ));
+    let (cfg_tx, cfg_rx) = watch::channel(None);
+    tokio::spawn(async move {
+        loop {
+            let (id, ca) = (
+                id_rx.borrow_and_update().clone(),
+                ca_rx.borrow_and_update().clone(),
+            );
+            if let (Some(id), Some(ca)) = (id, ca) {
+                match server_config(&id.cert, &id.key, &ca) {
+                    Ok(c) => {
+                        tracing::info!("TLS configuration updated; new connections use it");
+                        let _ = cfg_tx.send(Some(Arc::new(c)));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "TLS material not usable; keeping the current")
+                    }
+                }
+            }
+            tokio::select! {
+                r = id_rx.changed() => if r.is_err() { return },
+                r = ca_rx.changed() => if r.is_err() { return },
+            }
+        }
+    });
+    Ok(cfg_rx)
+}
+
+/// A receiver keeps the last value after its sender is gone.
+fn watch_ready(ready: bool) -> tokio::sync::watch::Receiver<bool> {
+    tokio::sync::watch::channel(ready).1
+}
+
+fn ready_when(mut cfg: TlsConfig) -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if cfg.wait_for(Option::is_some).await.is_ok() {
+            let _ = tx.send(true);
+        }
+    });
+    rx
+}
+
+/// /healthz and /readyz in plain HTTP, apart from the API (the kubelet has no client
+/// certificate).
+async fn serve_health(
+    addr: SocketAddr,
+    ready: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    use axum::{http::StatusCode, routing::get};
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr} (--health-listen)"))?;
+    let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = *ready.borrow();
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ok")
+                    } else {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "no serving certificate or client CA bundle yet",
+                        )
+                    }
+                }
+            }),
+        );
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!(error = %e, "health listener ended");
+        }
+    });
     Ok(())
 }
 
@@ -290,20 +452,24 @@ fn auth_of(s: &Serve) -> anyhow::Result<Auth> {
                 .allowed_user
                 .clone()
                 .context("--auth token-review needs --allowed-user")?;
-            let access = match &s.api_server {
-                Some(url) => ApiAccess {
-                    url: url.clone(),
-                    ca_file: s.api_ca_file.clone().unwrap_or_default(),
-                    token_file: s.api_token_file.clone().unwrap_or_default(),
-                },
-                None => ApiAccess::in_cluster()?,
-            };
             Auth::TokenReview(Box::new(TokenReviewer::new(
-                access,
+                api_access(s)?,
                 s.audience.clone(),
                 user,
             )?))
         }
+    })
+}
+
+/// How the agent reaches the API server: in-cluster, or the --api-* flags.
+fn api_access(s: &Serve) -> anyhow::Result<ApiAccess> {
+    Ok(match &s.api_server {
+        Some(url) => ApiAccess {
+            url: url.clone(),
+            ca_file: s.api_ca_file.clone().unwrap_or_default(),
+            token_file: s.api_token_file.clone().unwrap_or_default(),
+        },
+        None => ApiAccess::in_cluster()?,
     })
 }
 

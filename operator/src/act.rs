@@ -238,7 +238,7 @@ mod tests {
 
     fn agents() -> std::sync::Arc<Agents> {
         let (tx, _rx) = mpsc::unbounded_channel();
-        let client = AgentClient::new("/nonexistent".into()).unwrap();
+        let client = AgentClient::plain("/nonexistent".into()).unwrap();
         Agents::new(client, Some(URL.into()), None, 9443, tx)
     }
 

@@ -98,7 +98,8 @@ pub struct Settings {
     /// `--agent-url`: one agent for every node.
     pub agent_url: Option<String>,
     pub agent_port: u16,
-    pub agent_token_file: std::path::PathBuf,
+    /// Shared with the subresource API: one trust state, one pin table.
+    pub agent_client: AgentClient,
     /// How often the agents' processes are compared with the objects (orphans).
     pub orphan_sweep: Duration,
     /// Namespace of the agent pods.
@@ -232,7 +233,7 @@ pub async fn run(
         .touched_objects();
     let (tx, rx) = mpsc::unbounded_channel::<String>();
     let agents = Agents::new(
-        AgentClient::new(settings.agent_token_file.clone())?,
+        settings.agent_client.clone(),
         settings.agent_url.clone(),
         agent_pods(&client, &settings),
         settings.agent_port,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use kube::Client;
+use sandbox_operator::agent::{trust, AgentClient};
 use sandbox_operator::controller::{self, Settings};
 use sandbox_operator::lease::{LeaderElector, LeaseConfig};
 use sandbox_operator::metrics::{self, Metrics};
@@ -30,6 +31,12 @@ struct Args {
     /// Port of the agent API on the agent pods.
     #[arg(long, default_value_t = 9443)]
     agent_port: u16,
+    /// The agents' ServiceAccount: only its pod-bound requests for agent certificates are signed.
+    #[arg(long, default_value = "sandbox-process-operator-agent")]
+    agent_service_account: String,
+    /// ConfigMap (key ca.crt) the leader keeps the CA bundle in, for the agents.
+    #[arg(long, default_value = "sandbox-process-operator-ca-bundle")]
+    agent_bundle_configmap: String,
     /// Namespace of the operator: its agent pods live here.
     #[arg(long, env = "POD_NAMESPACE", default_value = "sandbox-system")]
     namespace: String,
@@ -141,7 +148,10 @@ async fn signal() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if args.subresources_addr.is_some()
+    // Agents found by their pods are reached over TLS with our CA; a fixed --agent-url is for
+    // host-run tests and plain HTTP.
+    let agent_tls = args.agent_url.is_none();
+    if (args.subresources_addr.is_some() || agent_tls)
         && args.certificates == CertMode::SelfSigned
         && args.serving_dns.is_empty()
     {
@@ -152,8 +162,19 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::try_default().await?;
     let metrics = Arc::new(Metrics::new());
     serve_metrics(args.metrics_addr, metrics.clone());
+    let agent_client = if agent_tls {
+        let c = AgentClient::tls(args.agent_token_file.clone(), args.namespace.clone());
+        tokio::spawn(trust::keep(
+            client.clone(),
+            trust_of(&args, &identity),
+            c.clone(),
+        ));
+        c
+    } else {
+        AgentClient::plain(args.agent_token_file.clone())?
+    };
     if let Some(addr) = args.subresources_addr {
-        serve_subresources(&args, client.clone(), addr)?;
+        serve_subresources(&args, client.clone(), addr, agent_client.clone());
     }
 
     // Shutdown: a signal, or losing the lease.
@@ -177,9 +198,27 @@ async fn main() -> anyhow::Result<()> {
     }
     metrics.set_leader(true);
     metrics.ready.store(true, Ordering::Relaxed);
-    // The leader alone issues certificates: two replicas would make two CAs.
-    let issuing = (args.subresources_addr.is_some() && args.certificates == CertMode::SelfSigned)
-        .then(|| tokio::spawn(certs::issue_forever(client.clone(), issuing(&args))));
+    // The leader alone issues certificates (two replicas would make two CAs), signs the agents'
+    // requests, and publishes the bundle the agents verify our client certificates with.
+    let needs_ca = args.subresources_addr.is_some() || agent_tls;
+    let mut leader_tasks = Vec::new();
+    if needs_ca && args.certificates == CertMode::SelfSigned {
+        leader_tasks.push(tokio::spawn(certs::issue_forever(
+            client.clone(),
+            issuing(&args),
+        )));
+    } else if needs_ca {
+        leader_tasks.push(tokio::spawn(certs::mirror_forever(
+            client.clone(),
+            issuing(&args),
+        )));
+    }
+    if agent_tls {
+        leader_tasks.push(tokio::spawn(certs::signer::sign_forever(
+            client.clone(),
+            signing(&args),
+        )));
+    }
     {
         let tx = stop_tx.clone();
         tokio::spawn(async move {
@@ -190,8 +229,14 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = async move {
         let _ = stop_rx.wait_for(|s| *s).await;
     };
-    controller::run(client, settings(&args, identity), metrics.clone(), shutdown).await?;
-    if let Some(t) = issuing {
+    controller::run(
+        client,
+        settings(&args, identity, agent_client),
+        metrics.clone(),
+        shutdown,
+    )
+    .await?;
+    for t in leader_tasks {
         t.abort();
     }
     metrics.set_leader(false);
@@ -229,8 +274,7 @@ fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) {
 }
 
 /// Every replica serves the subresource API, leader or not: it only reads.
-fn serve_subresources(args: &Args, client: Client, addr: SocketAddr) -> anyhow::Result<()> {
-    let agents = sandbox_operator::agent::AgentClient::new(args.agent_token_file.clone())?;
+fn serve_subresources(args: &Args, client: Client, addr: SocketAddr, agents: AgentClient) {
     let (namespace, secret) = (args.namespace.clone(), args.serving_secret.clone());
     let (agent_port, agent_url, agent_selector) = (
         args.agent_port,
@@ -254,7 +298,6 @@ fn serve_subresources(args: &Args, client: Client, addr: SocketAddr) -> anyhow::
             std::process::exit(1);
         }
     });
-    Ok(())
 }
 
 fn elector(args: &Args, client: &Client, identity: &str) -> Arc<LeaderElector> {
@@ -276,8 +319,12 @@ fn issuing(args: &Args) -> certs::Issuing {
         namespace: args.namespace.clone(),
         ca_secret: args.ca_secret.clone(),
         serving_secret: args.serving_secret.clone(),
-        api_service: args.api_service.clone(),
+        api_service: args
+            .subresources_addr
+            .is_some()
+            .then(|| args.api_service.clone()),
         dns: args.serving_dns.clone(),
+        agent_bundle: args.agent_bundle_configmap.clone(),
         validity: certs::authority::Validity {
             ca: args.ca_validity,
             leaf: args.leaf_validity,
@@ -285,13 +332,36 @@ fn issuing(args: &Args) -> certs::Issuing {
     }
 }
 
-fn settings(args: &Args, identity: String) -> Settings {
+fn signing(args: &Args) -> certs::signer::Signing {
+    certs::signer::Signing {
+        namespace: args.namespace.clone(),
+        agent_user: format!(
+            "system:serviceaccount:{}:{}",
+            args.namespace, args.agent_service_account
+        ),
+        agent_selector: args.agent_selector.clone(),
+        ca_secret: args.ca_secret.clone(),
+        validity: args.leaf_validity,
+    }
+}
+
+fn trust_of(args: &Args, identity: &str) -> trust::Trust {
+    trust::Trust {
+        namespace: args.namespace.clone(),
+        ca_secret: args.ca_secret.clone(),
+        serving_secret: args.serving_secret.clone(),
+        identity: format!("sandbox-operator {}/{identity}", args.namespace),
+        validity: args.leaf_validity,
+    }
+}
+
+fn settings(args: &Args, identity: String, agent_client: AgentClient) -> Settings {
     Settings {
         agent_grace: Duration::from_secs(args.agent_grace_seconds),
         concurrency: args.concurrency.max(1),
         agent_url: args.agent_url.clone(),
         agent_port: args.agent_port,
-        agent_token_file: args.agent_token_file.clone(),
+        agent_client,
         namespace: args.namespace.clone(),
         agent_selector: args.agent_selector.clone(),
         instance: identity,

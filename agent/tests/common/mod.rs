@@ -255,7 +255,8 @@ impl Agent {
         let runc_bin = runc();
         let child = Command::new(env!("CARGO_BIN_EXE_sandbox-agent"))
             .args([
-                "serve", "--lookup", "runc", "--auth", "static", "--listen", &self.addr,
+                "serve", "--lookup", "runc", "--auth", "static", "--tls", "off", "--listen",
+                &self.addr,
             ])
             .arg("--token-file")
             .arg(&token)

@@ -1,7 +1,12 @@
 //! The HTTP client of the agent API: start, get, list, stop/signal, logs, forget, watch, with the
 //! operator's bearer token and typed errors.
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use sandbox_api::validate::Valid;
 use sandbox_api::wire::{
@@ -30,26 +35,130 @@ impl AgentError {
 
 /// HTTP client for the agent API with the operator's bearer token (re-read from its file on every
 /// request: projected ServiceAccount tokens are rotated by the kubelet).
+///
+/// With TLS (every real install), an agent is addressed as `https://<node>.agent.<ns>.svc`: the
+/// name is pinned to the agent pod's IP here (no DNS record exists), and the handshake must show
+/// a certificate for exactly that name from our CA before a request, and so the token, is sent.
+/// Our own client certificate goes with it. Plain HTTP is only for host-run tests
+/// (`--agent-url`).
 #[derive(Clone)]
 pub struct AgentClient {
-    http: reqwest::Client,
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for AgentClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentClient")
+            .field("token_file", &self.inner.token_file)
+            .field("tls_namespace", &self.inner.tls_namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    /// `None` until the trust material is loaded (TLS): requests fail as unreachable meanwhile.
+    http: RwLock<Option<reqwest::Client>>,
     token_file: PathBuf,
+    /// The agents' namespace when TLS is on.
+    tls_namespace: Option<String>,
+    pins: Arc<Pins>,
+}
+
+/// Agent names → pod IPs, for the resolver: set by whoever picked the agent pod for a node.
+#[derive(Default)]
+struct Pins(Mutex<HashMap<String, IpAddr>>);
+
+impl Resolve for Pins {
+    fn resolve(&self, name: Name) -> Resolving {
+        let found = self.0.lock().unwrap().get(name.as_str()).copied();
+        let name = name.as_str().to_string();
+        Box::pin(async move {
+            match found {
+                // The port is replaced by the URL's.
+                Some(ip) => Ok(Box::new(std::iter::once(SocketAddr::new(ip, 0))) as Addrs),
+                None => Err(format!("no agent pod known for {name}").into()),
+            }
+        })
+    }
 }
 
 impl AgentClient {
-    pub fn new(token_file: PathBuf) -> anyhow::Result<AgentClient> {
+    /// Plain HTTP (host-run tests with `--agent-url http://…`).
+    pub fn plain(token_file: PathBuf) -> anyhow::Result<AgentClient> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
             .build()?;
-        Ok(AgentClient { http, token_file })
+        Ok(Self::with(Some(http), token_file, None))
+    }
+
+    /// TLS to agents of `namespace`; unusable until [`AgentClient::set_tls`].
+    pub fn tls(token_file: PathBuf, namespace: String) -> AgentClient {
+        Self::with(None, token_file, Some(namespace))
+    }
+
+    fn with(
+        http: Option<reqwest::Client>,
+        token_file: PathBuf,
+        tls_namespace: Option<String>,
+    ) -> AgentClient {
+        AgentClient {
+            inner: Arc::new(Inner {
+                http: RwLock::new(http),
+                token_file,
+                tls_namespace,
+                pins: Arc::default(),
+            }),
+        }
+    }
+
+    /// New trust material (CA bundle, our client certificate): new connections use it, open
+    /// ones (log follows, watches) keep theirs.
+    pub fn set_tls(&self, cfg: rustls::ClientConfig) -> anyhow::Result<()> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .https_only(true)
+            .dns_resolver(self.inner.pins.clone())
+            .use_preconfigured_tls(cfg)
+            .build()?;
+        *self.inner.http.write().unwrap() = Some(http);
+        Ok(())
+    }
+
+    /// The URL of the agent pod at `ip` serving `node`.
+    pub fn url_for(&self, node: &str, ip: &str, port: u16) -> String {
+        match &self.inner.tls_namespace {
+            None if ip.contains(':') => format!("http://[{ip}]:{port}"),
+            None => format!("http://{ip}:{port}"),
+            Some(ns) => {
+                let name = crate::certs::signer::agent_dns(node, ns);
+                if let Ok(ip) = ip.parse() {
+                    self.inner.pins.0.lock().unwrap().insert(name.clone(), ip);
+                }
+                format!("https://{name}:{port}")
+            }
+        }
+    }
+
+    fn http(&self, url: &str) -> Result<reqwest::Client, AgentError> {
+        self.inner
+            .http
+            .read()
+            .unwrap()
+            .clone()
+            .ok_or_else(|| AgentError::Unreachable {
+                url: url.into(),
+                message: "the agents' CA bundle and our client certificate are not loaded yet"
+                    .into(),
+            })
     }
 
     fn token(&self, url: &str) -> Result<String, AgentError> {
-        std::fs::read_to_string(&self.token_file)
+        let file = &self.inner.token_file;
+        std::fs::read_to_string(file)
             .map(|t| t.trim().to_string())
             .map_err(|e| AgentError::Unreachable {
                 url: url.into(),
-                message: format!("reading token {}: {e}", self.token_file.display()),
+                message: format!("reading token {}: {e}", file.display()),
             })
     }
 
@@ -105,7 +214,7 @@ impl AgentClient {
         req: &Valid<StartRequest>,
     ) -> Result<ProcessRecord, AgentError> {
         let r = self
-            .http
+            .http(url)?
             .post(format!("{url}/v1/processes"))
             .timeout(Duration::from_secs(60))
             .json(&**req);
@@ -116,7 +225,7 @@ impl AgentClient {
     /// Every process the agent holds.
     pub async fn list(&self, url: &str) -> Result<Vec<ProcessRecord>, AgentError> {
         let r = self
-            .http
+            .http(url)?
             .get(format!("{url}/v1/processes"))
             .timeout(Duration::from_secs(30));
         let resp = self.send(url, r).await?;
@@ -131,7 +240,7 @@ impl AgentClient {
     /// The agent's record; `None` when it has no such process.
     pub async fn get(&self, url: &str, id: &str) -> Result<Option<ProcessRecord>, AgentError> {
         let r = self
-            .http
+            .http(url)?
             .get(format!("{url}/v1/processes/{id}"))
             .timeout(Duration::from_secs(10));
         match self.send(url, r).await {
@@ -178,7 +287,7 @@ impl AgentClient {
         req: &SignalRequest,
     ) -> Result<ProcessRecord, AgentError> {
         let r = self
-            .http
+            .http(url)?
             .post(format!("{url}/v1/processes/{id}/signal"))
             .timeout(Duration::from_secs(10))
             .json(req);
@@ -195,7 +304,7 @@ impl AgentClient {
         query: &LogQuery,
     ) -> Result<reqwest::Response, AgentError> {
         let r = self
-            .http
+            .http(url)?
             .get(format!("{url}/v1/processes/{id}/logs"))
             .query(query);
         self.send(url, r).await
@@ -204,7 +313,7 @@ impl AgentClient {
     /// Stops the process if it runs (waiting for it to end) and forgets it. Unknown ids succeed.
     pub async fn forget(&self, url: &str, id: &str, timeout: Duration) -> Result<(), AgentError> {
         let r = self
-            .http
+            .http(url)?
             .delete(format!("{url}/v1/processes/{id}"))
             .timeout(timeout);
         match self.send(url, r).await {
@@ -216,7 +325,7 @@ impl AgentClient {
 
     pub(super) async fn watch(&self, url: &str) -> Result<reqwest::Response, AgentError> {
         // No overall timeout: the stream lasts as long as the connection.
-        let r = self.http.get(format!("{url}/v1/watch"));
+        let r = self.http(url)?.get(format!("{url}/v1/watch"));
         self.send(url, r).await
     }
 }

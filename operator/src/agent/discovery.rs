@@ -1,6 +1,6 @@
 //! Where each node's agent is: the one place that decides which agent pod serves a node (the
 //! controller's cache here, the subresource API's list in `subresources`), by one rule.
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -11,15 +11,6 @@ use super::{now, Agents};
 /// the chart gives one with the release's instance label.
 pub const AGENT_SELECTOR: &str =
     "app.kubernetes.io/name=sandbox-process-operator,app.kubernetes.io/component=agent";
-
-/// The agent API's URL on a pod IP (v4 or v6).
-pub fn url_for_ip(ip: &str, port: u16) -> String {
-    if ip.contains(':') {
-        format!("http://[{ip}]:{port}")
-    } else {
-        format!("http://{ip}:{port}")
-    }
-}
 
 /// The IP of an agent pod that serves: not being deleted, Running, with an IP.
 pub fn serving_ip(p: &Pod) -> Option<&str> {
@@ -32,16 +23,47 @@ pub fn serving_ip(p: &Pod) -> Option<&str> {
         .flatten()
 }
 
-/// The agent pod serving `node` among `pods`: a serving one on that node (a DaemonSet has one
-/// per node; during a rollout the old one serves until it is deleted).
+/// Whether a DaemonSet controls the pod (every real agent pod). A pod that only carries the
+/// labels is tried last: it cannot pass the TLS check anyway, but must not hide the real agent.
+fn daemonset_pod(p: &Pod) -> bool {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet")
+}
+
+/// The serving agent pod of each node among `pods` (a DaemonSet has one per node; during a
+/// rollout the old one serves until it is deleted), DaemonSet pods first.
+pub fn agent_ips<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<String, String> {
+    let mut best: BTreeMap<String, (bool, String)> = BTreeMap::new();
+    for p in pods {
+        let (Some(node), Some(ip)) = (
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            serving_ip(p),
+        ) else {
+            continue;
+        };
+        let owned = daemonset_pod(p);
+        match best.get(node) {
+            Some((o, _)) if *o || !owned => {}
+            _ => {
+                best.insert(node.to_string(), (owned, ip.to_string()));
+            }
+        }
+    }
+    best.into_iter().map(|(n, (_, ip))| (n, ip)).collect()
+}
+
+/// The agent pod serving `node` among `pods`.
 pub fn agent_ip_for_node<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,
     node: &str,
 ) -> Option<String> {
-    pods.into_iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-        .find_map(serving_ip)
-        .map(str::to_string)
+    let on_node = pods
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node));
+    agent_ips(on_node).remove(node)
 }
 
 impl Agents {
@@ -52,7 +74,7 @@ impl Agents {
         }
         let pods = self.pods.as_ref()?.state();
         let found = agent_ip_for_node(pods.iter().map(|p| p.as_ref()), node)
-            .map(|ip| url_for_ip(&ip, self.port));
+            .map(|ip| self.client.url_for(node, &ip, self.port));
         let mut missing = self.missing.lock().unwrap();
         if found.is_some() {
             missing.remove(node);
@@ -72,7 +94,7 @@ impl Agents {
             .clone()
     }
 
-    /// The URL of every agent that serves: the fixed URL, or one per serving agent pod.
+    /// The URL of every agent that serves: the fixed URL, or one per node with a serving agent.
     pub fn urls(&self) -> HashSet<String> {
         if let Some(u) = &self.fixed_url {
             return HashSet::from([u.clone()]);
@@ -80,10 +102,10 @@ impl Agents {
         let Some(pods) = &self.pods else {
             return HashSet::new();
         };
-        pods.state()
-            .iter()
-            .filter_map(|p| serving_ip(p))
-            .map(|ip| url_for_ip(ip, self.port))
+        let pods = pods.state();
+        agent_ips(pods.iter().map(|p| p.as_ref()))
+            .into_iter()
+            .map(|(node, ip)| self.client.url_for(&node, &ip, self.port))
             .collect()
     }
 }
@@ -91,6 +113,14 @@ impl Agents {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn owned(mut p: Pod) -> Pod {
+        p.metadata.owner_references = Some(vec![serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "a", "uid": "u", "controller": true
+        }))
+        .unwrap()]);
+        p
+    }
 
     fn pod(node: &str, phase: &str, ip: Option<&str>, deleting: bool) -> Pod {
         let mut p: Pod = serde_json::from_value(serde_json::json!({
@@ -118,6 +148,15 @@ mod tests {
         assert_eq!(agent_ip_for_node(&pods, "n1").as_deref(), Some("10.0.0.1"));
         assert_eq!(agent_ip_for_node(&pods, "n2").as_deref(), Some("10.0.0.2"));
         assert_eq!(agent_ip_for_node(&pods[1..3], "n1"), None);
-        assert_eq!(url_for_ip("fd00::1", 9443), "http://[fd00::1]:9443");
+        // A pod with the labels but no DaemonSet over it never hides the DaemonSet's pod.
+        let impostor = pod("n1", "Running", Some("10.0.0.66"), false);
+        let real = owned(pod("n1", "Running", Some("10.0.0.1"), false));
+        for pods in [[impostor.clone(), real.clone()], [real, impostor.clone()]] {
+            assert_eq!(agent_ip_for_node(&pods, "n1").as_deref(), Some("10.0.0.1"));
+        }
+        assert_eq!(
+            agent_ip_for_node([&impostor], "n1").as_deref(),
+            Some("10.0.0.66")
+        );
     }
 }

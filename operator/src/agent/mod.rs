@@ -3,6 +3,7 @@
 //! ([`watch`]; no per-object polling).
 pub mod client;
 pub mod discovery;
+pub mod trust;
 mod watch;
 
 use std::collections::HashMap;
@@ -15,7 +16,7 @@ use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
 pub use client::{AgentClient, AgentError};
-pub use discovery::{url_for_ip, AGENT_SELECTOR};
+pub use discovery::AGENT_SELECTOR;
 use watch::AgentState;
 pub use watch::Cached;
 
@@ -75,7 +76,7 @@ mod tests {
         }
         w.apply_watcher_event(&watcher::Event::InitDone);
         let (tx, rx) = mpsc::unbounded_channel();
-        let client = AgentClient::new("/nonexistent".into()).unwrap();
+        let client = AgentClient::plain("/nonexistent".into()).unwrap();
         (Agents::new(client, None, Some(w.as_reader()), 9443, tx), rx)
     }
 
@@ -134,7 +135,7 @@ mod tests {
     #[tokio::test]
     async fn fixed_url_serves_every_node() {
         let (tx, _rx) = mpsc::unbounded_channel();
-        let client = AgentClient::new("/nonexistent".into()).unwrap();
+        let client = AgentClient::plain("/nonexistent".into()).unwrap();
         let a = Agents::new(client, Some("http://127.0.0.1:1/".into()), None, 9443, tx);
         assert_eq!(a.url_for_node("any").as_deref(), Some("http://127.0.0.1:1"));
     }

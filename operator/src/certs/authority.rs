@@ -18,6 +18,12 @@ pub enum CertError {
     Generate(#[from] rcgen::Error),
     #[error("{what}: not a PEM certificate")]
     Unparsable { what: &'static str },
+    /// A certificate request asks for names other than the one its requester may have.
+    #[error("the request names {requested:?}; only [{allowed:?}] may be issued to this requester")]
+    Names {
+        requested: Vec<String>,
+        allowed: String,
+    },
 }
 
 /// A certificate with its private key, both PEM.
@@ -153,6 +159,87 @@ pub fn issue(
         cert: cert.pem(),
         key: key.serialize_pem(),
     })
+}
+
+/// A client certificate (TLS client authentication) for `cn`, issued by `ca`: the operator's
+/// identity towards the agents.
+pub fn issue_client(
+    ca: &KeyCert,
+    cn: &str,
+    validity: Duration,
+    now: i64,
+) -> Result<KeyCert, CertError> {
+    let ca_key = KeyPair::from_pem(&ca.key)?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key)?;
+    let key = KeyPair::generate()?;
+    let mut p = CertificateParams::new(Vec::<String>::new())?;
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    p.use_authority_key_identifier_extension = true;
+    (p.not_before, p.not_after) = clamped(window(now, validity), &ca.cert);
+    let cert = p.signed_by(&key, &issuer)?;
+    Ok(KeyCert {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
+}
+
+/// Signs a PKCS#10 request (PEM) whose only name is `dns`, as a serving certificate. Only the
+/// request's public key is taken from it (its signature checked): names, usages and validity are
+/// ours, and no certificate outlives the CA.
+pub fn sign_request(
+    ca: &KeyCert,
+    request_pem: &str,
+    dns: &str,
+    validity: Duration,
+    now: i64,
+) -> Result<String, CertError> {
+    let req = rcgen::CertificateSigningRequestParams::from_pem(request_pem)?;
+    let requested: Vec<String> = req
+        .params
+        .subject_alt_names
+        .iter()
+        .map(|n| match n {
+            rcgen::SanType::DnsName(d) => d.as_str().to_string(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    if requested != [dns] {
+        return Err(CertError::Names {
+            requested,
+            allowed: dns.to_string(),
+        });
+    }
+    let ca_key = KeyPair::from_pem(&ca.key)?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key)?;
+    let mut p = CertificateParams::new(vec![dns.to_string()])?;
+    p.distinguished_name.push(DnType::CommonName, dns);
+    p.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    p.use_authority_key_identifier_extension = true;
+    (p.not_before, p.not_after) = clamped(window(now, validity), &ca.cert);
+    let signed = rcgen::CertificateSigningRequestParams {
+        params: p,
+        public_key: req.public_key,
+    }
+    .signed_by(&issuer)?;
+    Ok(signed.pem())
+}
+
+/// A validity window cut at the CA's expiry: a certificate never outlives its issuer.
+fn clamped(
+    (start, end): (OffsetDateTime, OffsetDateTime),
+    ca_pem: &str,
+) -> (OffsetDateTime, OffsetDateTime) {
+    let ca_end = not_after(ca_pem).and_then(|t| OffsetDateTime::from_unix_timestamp(t).ok());
+    match ca_end {
+        Some(c) if c < end => (start, c),
+        _ => (start, end),
+    }
 }
 
 /// The next stored state, or `None` when nothing is due. One step at a time: a new CA enters
@@ -296,6 +383,46 @@ mod tests {
         let s5 = step(&s4, t0 + 541).unwrap();
         assert_eq!(s5.bundle, std::slice::from_ref(&ca1.cert));
         assert!(issued_by(&leaf(&s5), &ca1.cert));
+    }
+
+    fn request(dns: &[&str]) -> (KeyPair, String) {
+        let key = KeyPair::generate().unwrap();
+        let p =
+            CertificateParams::new(dns.iter().map(|d| d.to_string()).collect::<Vec<_>>()).unwrap();
+        let pem = p.serialize_request(&key).unwrap().pem().unwrap();
+        (key, pem)
+    }
+
+    /// An agent's request is signed for its one name, never beyond the CA's expiry; a request for
+    /// any other name (or more names) is refused, naming them.
+    #[test]
+    fn requests_are_signed_for_exactly_the_allowed_name() {
+        let now = 1_000_000;
+        let ca = new_ca("test-ca", 10 * MIN, now).unwrap();
+        let (_, req) = request(&["n1.agent.ns.svc"]);
+        let cert = sign_request(&ca, &req, "n1.agent.ns.svc", 60 * MIN, now).unwrap();
+        assert!(issued_by(&cert, &ca.cert));
+        let f = facts(&cert).unwrap();
+        assert_eq!(f.dns, ["n1.agent.ns.svc"]);
+        assert_eq!(Some(f.not_after), not_after(&ca.cert), "clamped to the CA");
+        for names in [
+            &["n2.agent.ns.svc"][..],
+            &["n1.agent.ns.svc", "n2.agent.ns.svc"],
+            &[],
+        ] {
+            let (_, req) = request(names);
+            let e = sign_request(&ca, &req, "n1.agent.ns.svc", MIN, now).unwrap_err();
+            assert!(matches!(e, CertError::Names { .. }), "{names:?}: {e}");
+        }
+        assert!(sign_request(&ca, "garbage", "n1.agent.ns.svc", MIN, now).is_err());
+    }
+
+    #[test]
+    fn client_certificates_chain_to_the_ca() {
+        let ca = new_ca("test-ca", 10 * MIN, 1_000_000).unwrap();
+        let c = issue_client(&ca, "operator", 60 * MIN, 1_000_000).unwrap();
+        assert!(issued_by(&c.cert, &ca.cert));
+        assert_eq!(not_after(&c.cert), not_after(&ca.cert));
     }
 
     #[test]

@@ -11,11 +11,12 @@
 //! runs ([`reload`]): new connections get the new certificate, open ones keep theirs.
 pub mod authority;
 pub mod reload;
+pub mod signer;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use k8s_openapi::ByteString;
 use kube::api::{Patch, PatchParams};
@@ -34,10 +35,13 @@ pub struct Issuing {
     pub namespace: String,
     pub ca_secret: String,
     pub serving_secret: String,
-    /// The APIService whose `caBundle` carries the bundle.
-    pub api_service: String,
+    /// The APIService whose `caBundle` carries the bundle (none without the subresource API).
+    pub api_service: Option<String>,
     /// The serving certificate's names (the Service's DNS names).
     pub dns: Vec<String>,
+    /// The ConfigMap (key `ca.crt`) the agents read the bundle from, to verify our client
+    /// certificates.
+    pub agent_bundle: String,
     pub validity: Validity,
 }
 
@@ -109,7 +113,61 @@ pub async fn issue_once(client: &Client, s: &Issuing) -> anyhow::Result<()> {
             next
         }
     };
-    publish_bundle(client, &s.api_service, &state.bundle.concat()).await
+    publish_agent_bundle(client, s, &state.bundle.concat()).await?;
+    match &s.api_service {
+        Some(name) => publish_bundle(client, name, &state.bundle.concat()).await,
+        None => Ok(()),
+    }
+}
+
+/// `external` mode: the bundle cert-manager put in the serving Secret, copied for the agents.
+pub async fn mirror_forever(client: Client, s: Issuing) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &s.namespace);
+    loop {
+        let bundle = match secrets.get_opt(&s.serving_secret).await {
+            Ok(sec) => sec.as_ref().and_then(|c| text(c, "ca.crt")),
+            Err(e) => {
+                warn!(error = %e, "reading the serving Secret; will retry");
+                None
+            }
+        };
+        if let Some(b) = bundle.filter(|b| b.contains("BEGIN CERTIFICATE")) {
+            if let Err(e) = publish_agent_bundle(&client, &s, &b).await {
+                warn!(error = %e, "publishing the agents' CA bundle; will retry");
+            }
+        }
+        tokio::time::sleep(s.tick()).await;
+    }
+}
+
+/// The agents' copy of the bundle, when it differs (server-side apply, our field manager).
+async fn publish_agent_bundle(client: &Client, s: &Issuing, bundle: &str) -> anyhow::Result<()> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
+    let have = api
+        .get_opt(&s.agent_bundle)
+        .await?
+        .and_then(|c| c.data?.get("ca.crt").cloned());
+    if have.as_deref() == Some(bundle) {
+        return Ok(());
+    }
+    let cm = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": s.agent_bundle,
+            "namespace": s.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "sandbox-operator"},
+        },
+        "data": {"ca.crt": bundle},
+    });
+    api.patch(
+        &s.agent_bundle,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await?;
+    info!(configmap = %s.agent_bundle, "agents' CA bundle published");
+    Ok(())
 }
 
 async fn write(secrets: &Api<Secret>, s: &Issuing, next: &Stored) -> anyhow::Result<()> {
@@ -198,7 +256,7 @@ pub(crate) fn text(s: &Secret, key: &str) -> Option<String> {
     String::from_utf8(b.0.clone()).ok()
 }
 
-fn key_cert(s: &Secret, cert: &str, key: &str) -> Option<KeyCert> {
+pub(crate) fn key_cert(s: &Secret, cert: &str, key: &str) -> Option<KeyCert> {
     Some(KeyCert {
         cert: text(s, cert)?,
         key: text(s, key)?,

@@ -39,7 +39,7 @@ use serde_json::json;
 use tracing::info;
 
 use crate::agent::discovery::agent_ip_for_node;
-use crate::agent::{url_for_ip, AgentClient, AgentError};
+use crate::agent::{AgentClient, AgentError};
 use frontproxy::{RequestHeaderConfig, UserInfo};
 use tls::Peer;
 
@@ -328,7 +328,7 @@ async fn agent_url(server: &Server, node: &str) -> Result<String> {
         .await
         .map_err(|e| SubresourceError::Internal(format!("listing agent pods: {e}")))?;
     agent_ip_for_node(&pods.items, node)
-        .map(|ip| url_for_ip(&ip, server.agent_port))
+        .map(|ip| server.agents.url_for(node, &ip, server.agent_port))
         .ok_or_else(|| SubresourceError::Unavailable(format!("no running agent on node {node}")))
 }
 

@@ -1,0 +1,273 @@
+//! The agent's serving certificate: kept in `<state-dir>/tls/` (0600) so a restart serves at
+//! once with a still-good one, and requested from the operator's signer by a
+//! CertificateSigningRequest when there is none, it names another node, or 2/3 of its validity
+//! has passed.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use base64::Engine;
+use rcgen::{CertificateParams, KeyPair};
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{info, warn};
+use x509_parser::extensions::{GeneralName, ParsedExtension};
+
+use super::api::ApiClient;
+use super::TlsError;
+
+/// A certificate with its key, both PEM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyCert {
+    pub cert: String,
+    pub key: String,
+}
+
+pub struct Identity {
+    pub api: ApiClient,
+    pub node: String,
+    pub namespace: String,
+    pub signer: String,
+    pub dir: PathBuf,
+}
+
+/// Validity and names of a certificate.
+struct Facts {
+    not_before: i64,
+    not_after: i64,
+    dns: Vec<String>,
+}
+
+fn facts(pem: &str) -> Option<Facts> {
+    let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    let cert = p.parse_x509().ok()?;
+    let mut dns = vec![];
+    for ext in cert.extensions() {
+        if let ParsedExtension::SubjectAlternativeName(san) = ext.parsed_extension() {
+            for n in &san.general_names {
+                if let GeneralName::DNSName(d) = n {
+                    dns.push(d.to_string());
+                }
+            }
+        }
+    }
+    Some(Facts {
+        not_before: cert.validity().not_before.timestamp(),
+        not_after: cert.validity().not_after.timestamp(),
+        dns,
+    })
+}
+
+/// Pure: how long `cert` serves as ours before it is renewed (`None`: not usable now — unreadable,
+/// for another name, expired, or at 2/3 of its validity).
+pub fn renew_in(cert: &str, dns: &str, now: i64) -> Option<Duration> {
+    let f = facts(cert)?;
+    if f.dns != [dns] {
+        return None;
+    }
+    let due = f.not_before + (f.not_after - f.not_before) * 2 / 3;
+    (now < due && now < f.not_after).then(|| Duration::from_secs((due - now) as u64))
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+impl Identity {
+    pub fn dns(&self) -> String {
+        format!("{}.agent.{}.svc", self.node, self.namespace)
+    }
+
+    fn load(&self) -> Option<KeyCert> {
+        let read = |f: &str| std::fs::read_to_string(self.dir.join(f)).ok();
+        Some(KeyCert {
+            cert: read("tls.crt")?,
+            key: read("tls.key")?,
+        })
+    }
+
+    fn store(&self, kc: &KeyCert) -> Result<(), TlsError> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let io = |what: String| move |e| TlsError::Io(what, e);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(io(format!("creating {}", self.dir.display())))?;
+        // Key before certificate, each written whole then renamed: a crash leaves the old pair
+        // or a certificate the next start finds unusable for its key (and requests again).
+        for (name, body) in [("tls.key", &kc.key), ("tls.crt", &kc.cert)] {
+            let tmp = self.dir.join(format!(".{name}.tmp"));
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(io(format!("writing {}", tmp.display())))?;
+            f.write_all(body.as_bytes())
+                .and_then(|_| f.sync_all())
+                .map_err(io(format!("writing {}", tmp.display())))?;
+            std::fs::rename(&tmp, self.dir.join(name))
+                .map_err(io(format!("renaming {}", tmp.display())))?;
+        }
+        Ok(())
+    }
+
+    /// A new key and a certificate for it from the signer (waits for the operator's answer).
+    async fn request(&self) -> Result<KeyCert, TlsError> {
+        let key = KeyPair::generate()?;
+        let dns = self.dns();
+        let mut p = CertificateParams::new(vec![dns.clone()])?;
+        p.distinguished_name.push(rcgen::DnType::CommonName, &dns);
+        let csr = p.serialize_request(&key)?.pem()?;
+        // A name the API server accepts whatever the node name's length.
+        let prefix: String = format!("sandbox-agent-{}", self.node)
+            .chars()
+            .take(200)
+            .collect();
+        let body = json!({
+            "apiVersion": "certificates.k8s.io/v1",
+            "kind": "CertificateSigningRequest",
+            "metadata": {"generateName": format!("{prefix}-")},
+            "spec": {
+                "request": base64::engine::general_purpose::STANDARD.encode(csr),
+                "signerName": self.signer,
+                "usages": ["digital signature", "key encipherment", "server auth"],
+            },
+        });
+        let base = format!(
+            "{}/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            self.api.url
+        );
+        let created = self
+            .api
+            .json(
+                self.api
+                    .http
+                    .post(&base)
+                    .timeout(Duration::from_secs(15))
+                    .json(&body),
+            )
+            .await?;
+        let name = created["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        info!(csr = %name, %dns, "serving certificate requested");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let csr = self
+                .api
+                .json(
+                    self.api
+                        .http
+                        .get(format!("{base}/{name}"))
+                        .timeout(Duration::from_secs(15)),
+                )
+                .await?;
+            for c in csr["status"]["conditions"].as_array().into_iter().flatten() {
+                if matches!(c["type"].as_str(), Some("Denied" | "Failed")) {
+                    return Err(TlsError::Refused {
+                        name,
+                        reason: c["message"].as_str().unwrap_or("").to_string(),
+                    });
+                }
+            }
+            if let Some(b64) = csr["status"]["certificate"]
+                .as_str()
+                .filter(|c| !c.is_empty())
+            {
+                let cert = base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| TlsError::Api(format!("{name}: certificate not PEM")))?;
+                return Ok(KeyCert {
+                    cert,
+                    key: key.serialize_pem(),
+                });
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(TlsError::Refused {
+                    name,
+                    reason: "no answer within 120s (is the operator running, with the signer?)"
+                        .into(),
+                });
+            }
+        }
+    }
+}
+
+/// Keeps a usable certificate in `tx`, forever: the stored one while it is good, a new one
+/// requested at 2/3 of its validity (retried with backoff; the current one serves meanwhile).
+pub async fn keep(id: Identity, tx: watch::Sender<Option<KeyCert>>) {
+    let dns = id.dns();
+    if let Some(kc) = id
+        .load()
+        .filter(|kc| renew_in(&kc.cert, &dns, now()).is_some())
+    {
+        info!(%dns, "serving with the stored certificate");
+        let _ = tx.send(Some(kc));
+    }
+    let mut backoff = Duration::from_secs(2);
+    loop {
+        let current = tx.borrow().clone();
+        if let Some(wait) = current.and_then(|kc| renew_in(&kc.cert, &dns, now())) {
+            tokio::time::sleep(wait.min(Duration::from_secs(3600))).await;
+            continue;
+        }
+        match id.request().await {
+            Ok(kc) if renew_in(&kc.cert, &dns, now()).is_some() => {
+                if let Err(e) = id.store(&kc) {
+                    warn!(error = %e, "storing the serving certificate (serving it anyway)");
+                }
+                info!(%dns, "serving certificate issued");
+                let _ = tx.send(Some(kc));
+                backoff = Duration::from_secs(2);
+            }
+            Ok(_) => warn!(%dns, "the issued certificate is not usable for our name; asking again"),
+            Err(e) => warn!(error = %e, "requesting the serving certificate; retrying"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(60));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn self_signed(dns: &str, secs: i64, now: i64) -> String {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(vec![dns.to_string()]).unwrap();
+        p.not_before = time_of(now);
+        p.not_after = time_of(now + secs);
+        p.self_signed(&key).unwrap().pem()
+    }
+
+    fn time_of(t: i64) -> time::OffsetDateTime {
+        time::OffsetDateTime::from_unix_timestamp(t).unwrap()
+    }
+
+    #[test]
+    fn a_certificate_serves_until_two_thirds_and_only_for_our_name() {
+        let t = 1_700_000_000;
+        let c = self_signed("n1.agent.ns.svc", 300, t);
+        assert_eq!(
+            renew_in(&c, "n1.agent.ns.svc", t),
+            Some(Duration::from_secs(200))
+        );
+        assert_eq!(
+            renew_in(&c, "n1.agent.ns.svc", t + 199),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(renew_in(&c, "n1.agent.ns.svc", t + 200), None);
+        assert_eq!(renew_in(&c, "n2.agent.ns.svc", t), None);
+        assert_eq!(renew_in("garbage", "n1.agent.ns.svc", t), None);
+    }
+}

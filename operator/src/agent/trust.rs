@@ -1,0 +1,161 @@
+//! Every replica's TLS towards the agents: which CAs it trusts for agent certificates (the
+//! bundle in the serving Secret's `ca.crt`, the previous CA included during a rollover) and its
+//! own client certificate, issued in memory from the CA (never stored) and renewed at 2/3 of
+//! its validity. Re-read while it runs; a change rebuilds the client for new connections.
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tracing::{info, warn};
+
+use super::AgentClient;
+use crate::certs::authority::{self, KeyCert};
+use crate::certs::{key_cert, text};
+
+/// How often the two Secrets are read.
+const POLL: Duration = Duration::from_secs(5);
+
+/// Where the material is.
+#[derive(Clone, Debug)]
+pub struct Trust {
+    pub namespace: String,
+    pub ca_secret: String,
+    pub serving_secret: String,
+    /// Our client certificate's common name.
+    pub identity: String,
+    pub validity: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Material {
+    bundle: String,
+    client: KeyCert,
+}
+
+/// Keeps `agents` supplied, forever.
+pub async fn keep(client: Client, t: Trust, agents: AgentClient) {
+    let secrets: Api<Secret> = Api::namespaced(client, &t.namespace);
+    let mut current: Option<Material> = None;
+    let mut said = false;
+    loop {
+        match next(&secrets, &t, current.as_ref()).await {
+            Ok(Some(m)) => match client_config(&m.bundle, &m.client)
+                .and_then(|cfg| agents.set_tls(cfg))
+            {
+                Ok(()) => {
+                    info!(
+                        client_expires = authority::not_after(&m.client.cert),
+                        "agent TLS: trust bundle or client certificate loaded"
+                    );
+                    current = Some(m);
+                }
+                Err(e) => warn!(error = %e, "agent TLS material not usable; keeping the current"),
+            },
+            Ok(None) => {}
+            Err(e) if current.is_none() && !said => {
+                info!(reason = %e, "agent TLS not ready yet; agents are unreachable until it is");
+                said = true;
+            }
+            Err(e) => warn!(error = %e, "re-reading the agent TLS material; keeping the current"),
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn next(
+    secrets: &Api<Secret>,
+    t: &Trust,
+    current: Option<&Material>,
+) -> anyhow::Result<Option<Material>> {
+    let get = |name: String| async move {
+        secrets
+            .get_opt(&name)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("Secret {name} does not exist (yet)"))
+    };
+    let serving = get(t.serving_secret.clone()).await?;
+    let bundle = text(&serving, "ca.crt")
+        .filter(|b| b.contains("BEGIN CERTIFICATE"))
+        .ok_or_else(|| anyhow::anyhow!("Secret {} has no ca.crt (yet)", t.serving_secret))?;
+    let ca_secret = get(t.ca_secret.clone()).await?;
+    let ca = key_cert(&ca_secret, "tls.crt", "tls.key")
+        .ok_or_else(|| anyhow::anyhow!("Secret {} has no tls.crt/tls.key (yet)", t.ca_secret))?;
+    let serving_leaf = text(&serving, "tls.crt").unwrap_or_default();
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let client = match current.map(|c| &c.client) {
+        Some(c) if keep_client(&c.cert, &ca.cert, &serving_leaf, &bundle, now) => c.clone(),
+        _ => authority::issue_client(&ca, &t.identity, t.validity, now)?,
+    };
+    let next = Material { bundle, client };
+    Ok((current != Some(&next)).then_some(next))
+}
+
+/// Pure: whether our client certificate stays. It moves to a new CA only once the serving
+/// certificate has (the leader's sign that the new bundle has had time to reach the agents).
+fn keep_client(client: &str, ca: &str, serving_leaf: &str, bundle: &str, now: i64) -> bool {
+    let trusted = bundle
+        .split_inclusive("-----END CERTIFICATE-----")
+        .any(|c| authority::issued_by(client, c.trim_start()));
+    if !trusted || authority::due(client, now) {
+        return false;
+    }
+    authority::issued_by(client, ca) || !authority::issued_by(serving_leaf, ca)
+}
+
+/// Trust exactly `bundle` for agent certificates; present `client`.
+pub fn client_config(bundle: &str, client: &KeyCert) -> anyhow::Result<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
+        roots.add(c?)?;
+    }
+    let chain =
+        CertificateDer::pem_slice_iter(client.cert.as_bytes()).collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(client.key.as_bytes())?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn the_client_certificate_follows_the_serving_certificate_to_a_new_ca() {
+        let t0 = 1_000_000;
+        let ca0 = authority::new_ca("ca", 60 * MIN, t0).unwrap();
+        let ca1 = authority::new_ca("ca", 60 * MIN, t0).unwrap();
+        let leaf0 = authority::issue(&ca0, &["s".into()], 10 * MIN, t0)
+            .unwrap()
+            .cert;
+        let leaf1 = authority::issue(&ca1, &["s".into()], 10 * MIN, t0)
+            .unwrap()
+            .cert;
+        let c0 = authority::issue_client(&ca0, "op", 9 * MIN, t0)
+            .unwrap()
+            .cert;
+        let both = format!("{}{}", ca1.cert, ca0.cert);
+        assert!(keep_client(&c0, &ca0.cert, &leaf0, &ca0.cert, t0 + 60));
+        // A new CA, the serving certificate still on the old one: stay.
+        assert!(keep_client(&c0, &ca1.cert, &leaf0, &both, t0 + 60));
+        // The serving certificate moved: move too.
+        assert!(!keep_client(&c0, &ca1.cert, &leaf1, &both, t0 + 60));
+        // Due (2/3 of 10 minutes from t0-60), or its CA no longer trusted: renew.
+        assert!(!keep_client(&c0, &ca0.cert, &leaf0, &ca0.cert, t0 + 400));
+        assert!(!keep_client(&c0, &ca1.cert, &leaf0, &ca1.cert, t0 + 60));
+        let cfg = client_config(
+            &both,
+            &authority::issue_client(&ca1, "op", 9 * MIN, t0).unwrap(),
+        );
+        assert!(cfg.is_ok(), "{:?}", cfg.err());
+    }
+}
