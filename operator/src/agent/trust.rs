@@ -158,4 +158,89 @@ mod tests {
         );
         assert!(cfg.is_ok(), "{:?}", cfg.err());
     }
+
+    /// A TLS server on 127.0.0.1 with a certificate for `dns` from `ca`, requiring a client
+    /// certificate from `ca`. It answers one request with an empty process list and reports
+    /// every byte it decrypted (nothing, when the handshake fails).
+    async fn agent_at(ca: &KeyCert, dns: &str) -> (u16, tokio::sync::oneshot::Receiver<Vec<u8>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let leaf = authority::issue(ca, &[dns.to_string()], 10 * MIN, now).unwrap();
+        let cfg = crate::subresources::tls::server_config(&leaf.cert, &leaf.key, &ca.cert).unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            if let Ok(mut tls) = acceptor.accept(tcp).await {
+                let mut buf = [0u8; 4096];
+                if let Ok(n) = tls.read(&mut buf).await {
+                    got.extend_from_slice(&buf[..n]);
+                }
+                let body = br#"{"items":[]}"#;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                let _ = tls.write_all(head.as_bytes()).await;
+                let _ = tls.write_all(body).await;
+                let _ = tls.flush().await;
+            }
+            let _ = tx.send(got);
+        });
+        (port, rx)
+    }
+
+    /// The token goes only to the agent whose certificate names the node asked for.
+    #[tokio::test]
+    async fn the_token_goes_only_to_the_nodes_agent() {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let ca = authority::new_ca("ca", 60 * MIN, now).unwrap();
+        let token = std::env::temp_dir().join(format!("spo-trust-test-{}", std::process::id()));
+        std::fs::write(&token, "the-operator-token").unwrap();
+        let agents = AgentClient::tls(token.clone(), "ns".into());
+        // Nothing loaded yet: refused without a connection.
+        assert!(agents
+            .list(&agents.url_for("n1", "127.0.0.1", 1))
+            .await
+            .is_err());
+        let mine = authority::issue_client(&ca, "op", 10 * MIN, now).unwrap();
+        agents
+            .set_tls(client_config(&ca.cert, &mine).unwrap())
+            .unwrap();
+
+        // Another node's agent (a valid certificate of ours, the wrong name): no request.
+        let (port, got) = agent_at(&ca, "n2.agent.ns.svc").await;
+        let e = agents
+            .list(&agents.url_for("n1", "127.0.0.1", port))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("unreachable"), "{e}");
+        assert!(
+            got.await.unwrap().is_empty(),
+            "bytes reached the wrong agent"
+        );
+
+        // A certificate from another CA for the right name: no request either.
+        let other = authority::new_ca("ca", 60 * MIN, now).unwrap();
+        let (port, got) = agent_at(&other, "n1.agent.ns.svc").await;
+        assert!(agents
+            .list(&agents.url_for("n1", "127.0.0.1", port))
+            .await
+            .is_err());
+        assert!(got.await.unwrap().is_empty());
+
+        // The node's agent: the request, with the token.
+        let (port, got) = agent_at(&ca, "n1.agent.ns.svc").await;
+        let items = agents
+            .list(&agents.url_for("n1", "127.0.0.1", port))
+            .await
+            .unwrap();
+        assert!(items.is_empty());
+        let req = String::from_utf8(got.await.unwrap()).unwrap();
+        assert!(req.contains("Bearer the-operator-token"), "{req}");
+        let _ = std::fs::remove_file(token);
+    }
 }

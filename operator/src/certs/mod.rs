@@ -27,7 +27,7 @@ use authority::{KeyCert, Stored, Validity};
 
 const FIELD_MANAGER: &str = "sandbox-operator-certs";
 /// On the CA Secret: when the current CA entered the bundle (unix seconds).
-const PUBLISHED_AT: &str = "sandbox.dev/ca-published-at";
+pub(crate) const PUBLISHED_AT: &str = "sandbox.dev/ca-published-at";
 
 /// What the leader keeps.
 #[derive(Clone, Debug)]

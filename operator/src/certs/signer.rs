@@ -32,6 +32,8 @@ const USAGES: [&str; 3] = ["digital signature", "key encipherment", "server auth
 const NODE_NAME: &str = "authentication.kubernetes.io/node-name";
 const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
 const POD_UID: &str = "authentication.kubernetes.io/pod-uid";
+/// Replicas re-read the bundle every 5 s (`agent::trust`); a margin over that.
+const RELOAD_MARGIN: i64 = 12;
 
 /// What the leader signs with and for whom.
 #[derive(Clone, Debug)]
@@ -110,22 +112,35 @@ pub fn judge(claim: &Claim, agent_user: &str) -> Verdict {
 }
 
 /// The leader's loop: watch our signer's requests and answer the pending ones of our agents.
+/// One that could not be answered (no CA yet, a new CA still reaching the replicas, a conflict)
+/// is retried every few seconds: the agent waits for it.
 pub async fn sign_forever(client: Client, s: Signing) {
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
     let cfg = watcher::Config::default().fields(&format!("spec.signerName={SIGNER_NAME}"));
     let mut events = watcher::watcher(csrs.clone(), cfg).boxed();
-    while let Some(ev) = events.next().await {
-        let csr = match ev {
-            Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => c,
-            Ok(_) => continue,
-            Err(e) => {
-                warn!(error = %e, "watching agent certificate requests; retrying");
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                continue;
-            }
+    let mut retry = std::collections::BTreeSet::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        let names: Vec<String> = tokio::select! {
+            ev = events.next() => match ev {
+                None => return,
+                Some(Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))) if pending(&c) => {
+                    c.metadata.name.into_iter().collect()
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => {
+                    warn!(error = %e, "watching agent certificate requests; retrying");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    continue;
+                }
+            },
+            _ = tick.tick() => std::mem::take(&mut retry).into_iter().collect(),
         };
-        if let Err(e) = answer(&client, &csrs, &s, csr).await {
-            warn!(error = %e, "answering an agent certificate request; the next event retries");
+        for name in names {
+            if let Err(e) = answer(&client, &csrs, &s, &name).await {
+                warn!(csr = %name, error = %e, "answering an agent certificate request; retrying");
+                retry.insert(name);
+            }
         }
     }
 }
@@ -166,12 +181,15 @@ async fn answer(
     client: &Client,
     csrs: &Api<CertificateSigningRequest>,
     s: &Signing,
-    csr: CertificateSigningRequest,
+    name: &str,
 ) -> anyhow::Result<()> {
+    // The current version: a retry's copy would conflict.
+    let Some(csr) = csrs.get_opt(name).await? else {
+        return Ok(());
+    };
     if !pending(&csr) {
         return Ok(());
     }
-    let name = csr.metadata.name.clone().unwrap_or_default();
     let (node, pod, uid) = match judge(&claim_of(&csr), &s.agent_user) {
         Verdict::NotOurs => return Ok(()),
         Verdict::Deny(why) => return decide(csrs, csr, false, &why).await,
@@ -180,9 +198,17 @@ async fn answer(
     if let Err(why) = live_agent(client, s, &node, &pod, &uid).await? {
         return decide(csrs, csr, false, &why).await;
     }
-    let ca = read_ca(client, s).await?;
-    let dns = agent_dns(&node, &s.namespace);
+    let (ca, published_at) = read_ca(client, s).await?;
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    // A certificate from a CA the replicas do not trust yet would fail their checks until their
+    // next read of the bundle: wait that long after a rollover.
+    if let Some(wait) = published_at
+        .map(|t| t + RELOAD_MARGIN - now)
+        .filter(|w| *w > 0)
+    {
+        anyhow::bail!("a new CA is reaching the operator replicas; signing in {wait}s");
+    }
+    let dns = agent_dns(&node, &s.namespace);
     let request = String::from_utf8_lossy(&csr.spec.request.0).into_owned();
     let cert = match authority::sign_request(&ca, &request, &dns, s.validity, now) {
         Ok(c) => c,
@@ -192,12 +218,12 @@ async fn answer(
         decide(csrs, csr, true, &format!("agent pod {pod} on node {node}")).await?;
     }
     // The approval changed the object: sign the current version.
-    let mut current = csrs.get(&name).await?;
+    let mut current = csrs.get(name).await?;
     current
         .status
         .get_or_insert_with(Default::default)
         .certificate = Some(ByteString(cert.into_bytes()));
-    csrs.replace_status(&name, &PostParams::default(), &current)
+    csrs.replace_status(name, &PostParams::default(), &current)
         .await?;
     info!(csr = %name, %node, %pod, "agent certificate issued");
     Ok(())
@@ -245,14 +271,21 @@ async fn live_agent(
     Ok(Ok(()))
 }
 
-async fn read_ca(client: &Client, s: &Signing) -> anyhow::Result<KeyCert> {
+/// The CA, and when it entered the bundle (mode self).
+async fn read_ca(client: &Client, s: &Signing) -> anyhow::Result<(KeyCert, Option<i64>)> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &s.namespace);
     let sec = secrets
         .get_opt(&s.ca_secret)
         .await?
         .ok_or_else(|| anyhow::anyhow!("CA Secret {} does not exist (yet)", s.ca_secret))?;
-    super::key_cert(&sec, "tls.crt", "tls.key")
-        .ok_or_else(|| anyhow::anyhow!("CA Secret {} has no tls.crt/tls.key (yet)", s.ca_secret))
+    let ca = super::key_cert(&sec, "tls.crt", "tls.key")
+        .ok_or_else(|| anyhow::anyhow!("CA Secret {} has no tls.crt/tls.key (yet)", s.ca_secret))?;
+    let published = sec
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::PUBLISHED_AT)?.parse().ok());
+    Ok((ca, published))
 }
 
 /// Approves or denies through the approval subresource (update: conflicts are retried by the
