@@ -155,3 +155,18 @@ YAML
 }
 pod() { pod_yaml "$1" | k apply -f - >/dev/null; }
 in_pod() { k exec "$1" -c main -- "${@:2}"; }
+# agent_client DIR NS FULLNAME: what an operator replica holds to call an agent — a client
+# certificate from the release's CA (DIR/client.crt, DIR/client.key; the CA key is read and
+# deleted again) and the trust bundle for the agents' certificates (DIR/bundle.crt).
+agent_client() {
+  local dir=$1 ns=$2 full=$3
+  kubectl -n "$ns" get secret "$full-operator-serving" -o 'jsonpath={.data.ca\.crt}' | base64 -d >"$dir/bundle.crt"
+  kubectl -n "$ns" get secret "$full-ca" -o 'jsonpath={.data.tls\.crt}' | base64 -d >"$dir/ca.crt"
+  kubectl -n "$ns" get secret "$full-ca" -o 'jsonpath={.data.tls\.key}' | base64 -d >"$dir/ca.key"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$dir/client.key" \
+    -subj /CN=e2e -out "$dir/client.csr" 2>/dev/null
+  printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature\n' >"$dir/client.ext"
+  openssl x509 -req -in "$dir/client.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -days 1 \
+    -extfile "$dir/client.ext" -out "$dir/client.crt" 2>/dev/null
+  rm -f "$dir/ca.key"
+}

@@ -11,3 +11,6 @@ CNI_PLUGINS_VERSION=v1.9.1
 HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux mount iproute2 curl tar gcc libc6-dev protobuf-compiler lua5.1 docker-registry skopeo"
 # The registry e2e/release runs on 127.0.0.1 (plain HTTP; the cluster's containerd is told so).
 REGISTRY_PORT=5123
+# cert-manager's CRDs (from its Go module: its controller's own modules are not served to us, so
+# e2e/certs checks the chart's cert-manager resources against the CRDs, server-side, not a run).
+CERT_MANAGER_VERSION=v1.21.2

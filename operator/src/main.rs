@@ -151,7 +151,7 @@ async fn main() -> anyhow::Result<()> {
     // Agents found by their pods are reached over TLS with our CA; a fixed --agent-url is for
     // host-run tests and plain HTTP.
     let agent_tls = args.agent_url.is_none();
-    if (args.subresources_addr.is_some() || agent_tls)
+    if args.subresources_addr.is_some()
         && args.certificates == CertMode::SelfSigned
         && args.serving_dns.is_empty()
     {
@@ -323,7 +323,13 @@ fn issuing(args: &Args) -> certs::Issuing {
             .subresources_addr
             .is_some()
             .then(|| args.api_service.clone()),
-        dns: args.serving_dns.clone(),
+        // Without the subresource API the serving certificate is only the CA's companion (its
+        // issuer tells the replicas which CA is out): any stable name does.
+        dns: if args.serving_dns.is_empty() {
+            vec![format!("{}.{}.svc", args.serving_secret, args.namespace)]
+        } else {
+            args.serving_dns.clone()
+        },
         agent_bundle: args.agent_bundle_configmap.clone(),
         validity: certs::authority::Validity {
             ca: args.ca_validity,
