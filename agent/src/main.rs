@@ -340,6 +340,7 @@ fn tls_config(s: &Serve, state_dir: &std::path::Path) -> anyhow::Result<TlsConfi
             signer: s.signer_name.clone(),
             dir: state_dir.join("tls"),
         },
+        ca_rx.clone(),
         id_tx,
     ));
     tokio::spawn(bundle::keep(

@@ -30,31 +30,55 @@ pub struct Identity {
     pub dir: PathBuf,
 }
 
-/// Validity and names of a certificate.
+/// Validity, names and key identifiers of a certificate.
 struct Facts {
     not_before: i64,
     not_after: i64,
     dns: Vec<String>,
+    /// Subject key identifier (a CA's) / authority key identifier (who issued it).
+    ski: Option<Vec<u8>>,
+    aki: Option<Vec<u8>>,
 }
 
 fn facts(pem: &str) -> Option<Facts> {
     let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
     let cert = p.parse_x509().ok()?;
-    let mut dns = vec![];
+    let (mut dns, mut ski, mut aki) = (vec![], None, None);
     for ext in cert.extensions() {
-        if let ParsedExtension::SubjectAlternativeName(san) = ext.parsed_extension() {
-            for n in &san.general_names {
-                if let GeneralName::DNSName(d) = n {
-                    dns.push(d.to_string());
+        match ext.parsed_extension() {
+            ParsedExtension::SubjectAlternativeName(san) => {
+                for n in &san.general_names {
+                    if let GeneralName::DNSName(d) = n {
+                        dns.push(d.to_string());
+                    }
                 }
             }
+            ParsedExtension::SubjectKeyIdentifier(k) => ski = Some(k.0.to_vec()),
+            ParsedExtension::AuthorityKeyIdentifier(a) => {
+                aki = a.key_identifier.as_ref().map(|k| k.0.to_vec())
+            }
+            _ => {}
         }
     }
     Some(Facts {
         not_before: cert.validity().not_before.timestamp(),
         not_after: cert.validity().not_after.timestamp(),
         dns,
+        ski,
+        aki,
     })
+}
+
+/// Whether one of the bundle's CAs issued `cert` (a certificate kept from another CA — a
+/// reinstalled release, a CA replaced outright — is of no use: the operator would refuse it).
+pub fn issued_by_one_of(cert: &str, bundle: &str) -> bool {
+    let Some(aki) = facts(cert).and_then(|f| f.aki) else {
+        return false;
+    };
+    bundle
+        .split_inclusive("-----END CERTIFICATE-----")
+        .filter_map(|c| facts(c.trim_start()))
+        .any(|ca| ca.ski.as_deref() == Some(aki.as_slice()))
 }
 
 /// Pure: how long `cert` serves as ours before it is renewed (`None`: not usable now — unreadable,
@@ -203,22 +227,39 @@ impl Identity {
     }
 }
 
-/// Keeps a usable certificate in `tx`, forever: the stored one while it is good, a new one
-/// requested at 2/3 of its validity (retried with backoff; the current one serves meanwhile).
-pub async fn keep(id: Identity, tx: watch::Sender<Option<KeyCert>>) {
+/// Keeps a usable certificate in `tx`, forever: the stored one while it is good and issued by a
+/// CA of the current bundle, a new one requested at 2/3 of its validity or when the bundle no
+/// longer has its CA (retried with backoff; the current one serves meanwhile).
+pub async fn keep(
+    id: Identity,
+    mut bundle: watch::Receiver<Option<String>>,
+    tx: watch::Sender<Option<KeyCert>>,
+) {
     let dns = id.dns();
-    if let Some(kc) = id
-        .load()
-        .filter(|kc| renew_in(&kc.cert, &dns, now()).is_some())
-    {
+    // Which CA is ours is known only with the bundle (needed to serve anyway).
+    if bundle.wait_for(Option::is_some).await.is_err() {
+        return;
+    }
+    let usable = |kc: &KeyCert, bundle: &watch::Receiver<Option<String>>| {
+        let trusted = bundle
+            .borrow()
+            .as_deref()
+            .is_some_and(|b| issued_by_one_of(&kc.cert, b));
+        renew_in(&kc.cert, &dns, now()).filter(|_| trusted)
+    };
+    if let Some(kc) = id.load().filter(|kc| usable(kc, &bundle).is_some()) {
         info!(%dns, "serving with the stored certificate");
         let _ = tx.send(Some(kc));
     }
     let mut backoff = Duration::from_secs(2);
     loop {
         let current = tx.borrow().clone();
-        if let Some(wait) = current.and_then(|kc| renew_in(&kc.cert, &dns, now())) {
-            tokio::time::sleep(wait.min(Duration::from_secs(3600))).await;
+        if let Some(wait) = current.as_ref().and_then(|kc| usable(kc, &bundle)) {
+            // Wake at renewal time or when the bundle changes (a CA gone).
+            tokio::select! {
+                _ = tokio::time::sleep(wait.min(Duration::from_secs(3600))) => {}
+                r = bundle.changed() => if r.is_err() { return },
+            }
             continue;
         }
         match id.request().await {
@@ -229,6 +270,7 @@ pub async fn keep(id: Identity, tx: watch::Sender<Option<KeyCert>>) {
                 info!(%dns, "serving certificate issued");
                 let _ = tx.send(Some(kc));
                 backoff = Duration::from_secs(2);
+                continue;
             }
             Ok(_) => warn!(%dns, "the issued certificate is not usable for our name; asking again"),
             Err(e) => warn!(error = %e, "requesting the serving certificate; retrying"),
@@ -269,5 +311,27 @@ mod tests {
         assert_eq!(renew_in(&c, "n1.agent.ns.svc", t + 200), None);
         assert_eq!(renew_in(&c, "n2.agent.ns.svc", t), None);
         assert_eq!(renew_in("garbage", "n1.agent.ns.svc", t), None);
+    }
+
+    #[test]
+    fn a_kept_certificate_counts_only_under_a_ca_of_the_bundle() {
+        let ca = |cn: &str| {
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+            p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            let cert = p.self_signed(&key).unwrap();
+            (cert.pem(), rcgen::Issuer::new(p, key))
+        };
+        let (old_pem, old) = ca("old");
+        let (new_pem, _) = ca("new");
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(vec!["n1.agent.ns.svc".to_string()]).unwrap();
+        p.use_authority_key_identifier_extension = true;
+        let leaf = p.signed_by(&key, &old).unwrap().pem();
+        assert!(issued_by_one_of(&leaf, &old_pem));
+        assert!(issued_by_one_of(&leaf, &format!("{new_pem}{old_pem}")));
+        assert!(!issued_by_one_of(&leaf, &new_pem));
+        assert!(!issued_by_one_of("garbage", &old_pem));
     }
 }
