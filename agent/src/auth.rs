@@ -166,16 +166,9 @@ impl TokenReviewer {
         audience: String,
         allowed_user: String,
     ) -> Result<Self, AgentError> {
-        let ca = std::fs::read(&access.ca_file)
-            .map_err(AgentError::io(format!("reading API CA {}", access.ca_file)))?;
-        let ca = reqwest::Certificate::from_pem(&ca)
-            .map_err(|e| AgentError::Internal(format!("service account CA: {e}")))?;
-        let client = reqwest::Client::builder()
-            .tls_built_in_root_certs(false)
-            .add_root_certificate(ca)
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| AgentError::Internal(e.to_string()))?;
+        let client = crate::tls::api::ApiClient::new(&access)
+            .map_err(|e| AgentError::Internal(e.to_string()))?
+            .http;
         let api = ApiServer {
             api: access.url,
             own_token: access.token_file,
@@ -253,6 +246,7 @@ impl Reviews for ApiServer {
                     self.api
                 ))
                 .bearer_auth(own.trim())
+                .timeout(Duration::from_secs(10))
                 .json(&body)
                 .send()
                 .await

@@ -7,11 +7,18 @@ use tokio::net::UnixStream;
 
 use crate::error::AgentError;
 use crate::supervisor::{Control, ControlReply};
+use sandbox_api::wire::ErrorCode;
 
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Sends one request; `Ok(false)` when the socket is gone (the supervisor has finished).
 pub async fn send(sock: &Path, req: &Control) -> Result<bool, AgentError> {
+    Ok(request(sock, req).await?.is_some())
+}
+
+/// Sends one request and returns the supervisor's reply (`None`: the supervisor has finished);
+/// a refusal is the error it names.
+pub async fn request(sock: &Path, req: &Control) -> Result<Option<ControlReply>, AgentError> {
     let fut = async {
         // A gone process dir (long path, reached through it) reads like a gone socket.
         let conn = match crate::layout::SocketPath::new(sock) {
@@ -26,7 +33,7 @@ pub async fn send(sock: &Path, req: &Control) -> Result<bool, AgentError> {
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
                 ) =>
             {
-                return Ok(false)
+                return Ok(None)
             }
             Err(e) => {
                 return Err(AgentError::io(format!("connecting to {}", sock.display()))(
@@ -46,15 +53,19 @@ pub async fn send(sock: &Path, req: &Control) -> Result<bool, AgentError> {
             .map_err(AgentError::io("reading control reply"))?;
         if reply.is_empty() {
             // Supervisor exited while we talked to it: the record tells the outcome.
-            return Ok(false);
+            return Ok(None);
         }
         let reply: ControlReply = serde_json::from_str(&reply)
             .map_err(|e| AgentError::Internal(format!("control reply: {e}")))?;
         if reply.ok {
-            Ok(true)
-        } else {
-            Err(AgentError::InvalidRequest(reply.error.unwrap_or_default()))
+            return Ok(Some(reply));
         }
+        let message = reply.error.unwrap_or_default();
+        Err(match reply.code {
+            Some(ErrorCode::StdinOffsetMismatch) => AgentError::StdinOffsetMismatch(message),
+            Some(ErrorCode::StdinUnavailable) => AgentError::StdinUnavailable(message),
+            _ => AgentError::InvalidRequest(message),
+        })
     };
     tokio::time::timeout(CONTROL_TIMEOUT, fut)
         .await

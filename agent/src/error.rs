@@ -53,6 +53,11 @@ pub enum AgentError {
     /// A cap on what callers may hold open was reached; retry later.
     #[error("{0}")]
     TooManyRequests(String),
+    /// A stdin write not at the accepted end (the message names the offset to write from).
+    #[error("{0}")]
+    StdinOffsetMismatch(String),
+    #[error("{0}")]
+    StdinUnavailable(String),
 }
 
 impl AgentError {
@@ -79,6 +84,8 @@ impl AgentError {
             AgentError::Io { .. } | AgentError::Internal(_) => ErrorCode::Internal,
             AgentError::TooManyRequests(_) => ErrorCode::TooManyRequests,
             AgentError::OutputFreed(_) => ErrorCode::OutputFreed,
+            AgentError::StdinOffsetMismatch(_) => ErrorCode::StdinOffsetMismatch,
+            AgentError::StdinUnavailable(_) => ErrorCode::StdinUnavailable,
         }
     }
 
@@ -102,7 +109,9 @@ impl AgentError {
             ErrorCode::ProcessNotFound | ErrorCode::ContainerNotFound => 404,
             ErrorCode::ContainerUnavailable
             | ErrorCode::ProcessSpawnFailed
-            | ErrorCode::RuntimeUnsupported => 409,
+            | ErrorCode::RuntimeUnsupported
+            | ErrorCode::StdinOffsetMismatch
+            | ErrorCode::StdinUnavailable => 409,
             ErrorCode::OperationInterrupted | ErrorCode::AgentUnavailable => 503,
             _ => 500,
         }

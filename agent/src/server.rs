@@ -58,6 +58,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/processes", post(start).get(list))
         .route("/v1/processes/{id}", get(get_one).delete(forget))
         .route("/v1/processes/{id}/signal", post(signal))
+        .route(
+            "/v1/processes/{id}/stdin",
+            post(stdin).layer(axum::extract::DefaultBodyLimit::max(
+                sandbox_api::wire::MAX_STDIN_WRITE,
+            )),
+        )
         .route("/v1/processes/{id}/logs", get(logs))
         .route("/v1/watch", get(watch))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
@@ -150,6 +156,30 @@ async fn signal(
     let r = match serde_json::from_slice::<SignalRequest>(&body) {
         Ok(req) => st.registry.signal(&id, req).await,
         Err(e) => Err(AgentError::InvalidRequest(format!("request body: {e}"))),
+    };
+    Ok(Json(counted(&st, r)?))
+}
+
+/// `?offset=N[&close=true]`: where the body's bytes start in the process's input.
+#[derive(serde::Deserialize)]
+struct StdinQuery {
+    offset: u64,
+    #[serde(default)]
+    close: bool,
+}
+
+/// The body, as bytes, for stdin at `offset`; the answer is stdin's state after it.
+async fn stdin(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<StdinQuery>, axum::extract::rejection::QueryRejection>,
+    body: Bytes,
+) -> Result<Json<sandbox_api::wire::StdinState>, AgentError> {
+    let r = match q {
+        Ok(Query(q)) => st.registry.stdin(&id, q.offset, &body, q.close).await,
+        Err(e) => Err(AgentError::InvalidRequest(format!(
+            "query: {e} (offset=<bytes already sent>, close=true|false)"
+        ))),
     };
     Ok(Json(counted(&st, r)?))
 }

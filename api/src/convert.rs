@@ -70,6 +70,9 @@ pub fn start_request(
             None => None,
             Some(l) => Some(l.to_wire()?),
         },
+        // The agent holds stdin pipes (issue 15); the spec field and the API server's stdin
+        // subresource come with the next step, until then every SandboxProcess reads /dev/null.
+        stdin: false,
     })
 }
 
@@ -173,7 +176,9 @@ impl ErrorCode {
             | W::Unauthorized
             | W::Internal
             | W::TooManyRequests
-            | W::OutputFreed => return None,
+            | W::OutputFreed
+            | W::StdinOffsetMismatch
+            | W::StdinUnavailable => return None,
         })
     }
 }

@@ -4,5 +4,7 @@ pub mod convert;
 pub mod crd;
 #[cfg(feature = "crd")]
 pub mod quantity;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod validate;
 pub mod wire;

@@ -419,6 +419,7 @@ mod tests {
             grace_seconds: 5,
             readiness: None,
             resources: None,
+            stdin: false,
         }
     }
 

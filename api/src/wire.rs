@@ -50,6 +50,10 @@ pub enum ErrorCode {
     TooManyRequests,
     /// The process's output is no longer kept on its node (output budget, retention period).
     OutputFreed,
+    /// A stdin write did not start at the accepted end (the message names it): resume there.
+    StdinOffsetMismatch,
+    /// The process has no stdin to write: not enabled (`spec.stdin`), closed, or ended.
+    StdinUnavailable,
 }
 
 impl ErrorCode {
@@ -72,6 +76,8 @@ impl ErrorCode {
             ErrorCode::Internal => "Internal",
             ErrorCode::TooManyRequests => "TooManyRequests",
             ErrorCode::OutputFreed => "OutputFreed",
+            ErrorCode::StdinOffsetMismatch => "StdinOffsetMismatch",
+            ErrorCode::StdinUnavailable => "StdinUnavailable",
         }
     }
 }
@@ -188,6 +194,10 @@ pub struct StartRequest {
     /// Limits of the process's own cgroup (absent: only the container's limits apply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceLimits>,
+    /// A pipe to the process's stdin, held by its supervisor for the process's life (false:
+    /// /dev/null).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stdin: bool,
 }
 
 /// Per-process limits, in the units the kernel takes. Each is optional.
@@ -326,6 +336,19 @@ pub struct OutputSummary {
     pub dropped_bytes: u64,
 }
 
+/// The process's stdin, when enabled: how many bytes it has accepted (the offset the next write
+/// starts at) and whether it is closed (EOF sent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StdinState {
+    pub bytes: u64,
+    #[serde(default)]
+    pub closed: bool,
+}
+
+/// Most bytes one stdin write carries; larger input is sent as several writes.
+pub const MAX_STDIN_WRITE: usize = 1 << 20;
+
 /// Everything known about one process; written by its supervisor, served by the agent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -374,6 +397,8 @@ pub struct ProcessRecord {
     /// The line that satisfied a `logMatch` readiness, and the cursor just after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_match: Option<LogMatchHit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<StdinState>,
     /// Bumped on every write by the supervisor; lets readers drop stale updates.
     #[serde(default)]
     pub revision: u64,
@@ -404,6 +429,7 @@ impl ProcessRecord {
             processes: None,
             usage: None,
             log_match: None,
+            stdin: None,
             revision: 0,
         }
     }

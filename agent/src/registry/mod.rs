@@ -6,6 +6,7 @@
 //! first), [`supervision`](self::supervision) (supervisors watched, lost processes),
 //! [`stop`](self::stop) (signals, stops, forgetting a process).
 mod start;
+mod stdin;
 mod stop;
 mod supervision;
 

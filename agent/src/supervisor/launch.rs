@@ -39,7 +39,15 @@ impl Supervisor {
         let log = self.layout.runtime_log(&self.id);
         open_runtime_log(&log)?;
         let [out_r, err_r] = pipes.read;
-        let spawned = self.spawn_runtime(&cg_name, &pid_file, &log, pipes.write);
+        let stdin_r = if self.spec.request.stdin {
+            let (r, w) = super::stdin::pipe()?;
+            self.stdin = Some(w);
+            self.rec.stdin = Some(Default::default());
+            Some(r)
+        } else {
+            None
+        };
+        let spawned = self.spawn_runtime(&cg_name, &pid_file, &log, stdin_r, pipes.write);
         self.out = [Some(out_r), Some(err_r)];
         let child = match spawned {
             Ok(c) => c,
@@ -130,6 +138,7 @@ impl Supervisor {
         cg_name: &str,
         pid_file: &Path,
         log: &Path,
+        stdin: Option<OwnedFd>,
         [out_w, err_w]: [OwnedFd; 2],
     ) -> std::io::Result<Child> {
         let mut spawned = Command::new(&self.spec.runtime_binary);
@@ -149,7 +158,7 @@ impl Supervisor {
             .arg("--process")
             .arg(self.layout.process_spec(&self.id))
             .arg(&self.spec.container_id)
-            .stdin(Stdio::null())
+            .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
             .stdout(Stdio::from(out_w))
             .stderr(Stdio::from(err_w));
         // SAFETY: the hook runs between fork and exec and makes only raw system calls.

@@ -43,6 +43,7 @@ mod output;
 mod ready;
 mod record_file;
 mod start;
+mod stdin;
 mod stop;
 mod tree;
 
@@ -156,6 +157,8 @@ struct Supervisor {
     matcher: Option<LogMatcher>,
     readiness_deadline: Option<Instant>,
     probe_pipe: Option<OwnedFd>,
+    /// The write end of the process's stdin (`stdin: true`), until it is closed.
+    stdin: Option<OwnedFd>,
     probe_cancel: Arc<AtomicBool>,
     dirty_since: Option<Instant>,
     oom_before: Option<u64>,

@@ -75,10 +75,15 @@ impl Supervisor {
         let overflow = (self.tail.len() + keep.len()).saturating_sub(TAIL_BYTES);
         self.tail.drain(..overflow);
         self.tail.extend(keep);
+        self.mark_dirty();
+        Ok(())
+    }
+
+    /// The record changed: it is refreshed within the flush period.
+    pub(super) fn mark_dirty(&mut self) {
         if self.dirty_since.is_none() {
             self.dirty_since = Some(Instant::now());
         }
-        Ok(())
     }
 
     /// The logMatch hit is recorded with a cursor just past the matched line.

@@ -60,6 +60,7 @@ impl Supervisor {
             matcher,
             readiness_deadline: None,
             probe_pipe: None,
+            stdin: None,
             probe_cancel: Arc::new(AtomicBool::new(false)),
             dirty_since: None,
             oom_before,

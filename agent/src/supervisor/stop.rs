@@ -4,6 +4,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
+use sandbox_api::wire::{ErrorCode, StdinState};
 use serde::{Deserialize, Serialize};
 
 use super::{after, Result, Supervisor};
@@ -20,13 +22,51 @@ pub enum Control {
     Stop { signal: i32, grace_seconds: u64 },
     /// Deliver `signal` to the process group once.
     Signal { signal: i32 },
+    /// Bytes for stdin starting at byte `offset` (base64), then EOF when `close`.
+    Stdin {
+        offset: u64,
+        #[serde(default)]
+        data: String,
+        #[serde(default)]
+        close: bool,
+    },
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ControlReply {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The error's code, where it is not a malformed request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
+    /// Stdin after the request (stdin requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<StdinState>,
+}
+
+impl ControlReply {
+    fn of(r: std::result::Result<(), String>) -> ControlReply {
+        match r {
+            Ok(()) => ControlReply {
+                ok: true,
+                ..Default::default()
+            },
+            Err(e) => ControlReply {
+                ok: false,
+                error: Some(e),
+                ..Default::default()
+            },
+        }
+    }
+
+    pub(super) fn with_stdin(s: StdinState) -> ControlReply {
+        ControlReply {
+            ok: true,
+            stdin: Some(s),
+            ..Default::default()
+        }
+    }
 }
 
 pub fn valid_signal(sig: i32) -> bool {
@@ -142,38 +182,38 @@ impl Supervisor {
         let reply = match BufReader::new(&conn).read_line(&mut line) {
             Ok(_) => match serde_json::from_str::<Control>(&line) {
                 Ok(c) => self.apply(c),
-                Err(e) => Err(format!("bad control request: {e}")),
+                Err(e) => ControlReply::of(Err(format!("bad control request: {e}"))),
             },
-            Err(e) => Err(format!("reading control request: {e}")),
-        };
-        let reply = match reply {
-            Ok(()) => ControlReply {
-                ok: true,
-                error: None,
-            },
-            Err(e) => ControlReply {
-                ok: false,
-                error: Some(e),
-            },
+            Err(e) => ControlReply::of(Err(format!("reading control request: {e}"))),
         };
         let mut body = serde_json::to_vec(&reply).unwrap_or_default();
         body.push(b'\n');
         let _ = conn.write_all(&body);
     }
 
-    fn apply(&mut self, c: Control) -> std::result::Result<(), String> {
+    fn apply(&mut self, c: Control) -> ControlReply {
         match c {
             Control::Stop {
                 signal,
                 grace_seconds,
-            } => self.request_stop(signal, grace_seconds),
-            Control::Signal { signal } => self.deliver_signal(signal),
+            } => ControlReply::of(self.request_stop(signal, grace_seconds)),
+            Control::Signal { signal } => ControlReply::of(self.deliver_signal(signal)),
+            Control::Stdin {
+                offset,
+                data,
+                close,
+            } => match base64::engine::general_purpose::STANDARD.decode(data) {
+                Ok(bytes) => self.write_stdin(offset, &bytes, close),
+                Err(e) => ControlReply::of(Err(format!("stdin data: {e}"))),
+            },
         }
     }
 
     /// A requested stop is remembered in the record, so the end reads Stopped.
     fn request_stop(&mut self, signal: i32, grace_seconds: u64) -> std::result::Result<(), String> {
         checked_signal(signal)?;
+        // A stop ends the input too (EOF), as the process may be waiting for it.
+        self.close_stdin();
         if !self.tree_done() && !self.stop_requested {
             self.stop_requested = true;
             self.rec.stop_requested = true;

@@ -416,6 +416,22 @@ impl Agent {
     }
 
     /// Reads the log endpoint to its end; returns the events.
+    /// `POST /v1/processes/{id}/stdin?offset=N[&close=true]` with `data`.
+    pub async fn stdin(&self, id: &str, offset: u64, data: &[u8], close: bool) -> (u16, Value) {
+        let r = self
+            .client
+            .post(self.url(&format!(
+                "/v1/processes/{id}/stdin?offset={offset}&close={close}"
+            )))
+            .bearer_auth(TOKEN)
+            .body(data.to_vec())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn logs(&self, id: &str, query: &str) -> Vec<LogEvent> {
         let r = self
             .client

@@ -144,8 +144,7 @@ pub fn issue(
     validity: Duration,
     now: i64,
 ) -> Result<KeyCert, CertError> {
-    let ca_key = KeyPair::from_pem(&ca.key)?;
-    let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key)?;
+    let issuer = issuer(ca)?;
     let key = KeyPair::generate()?;
     let mut p = CertificateParams::new(dns.to_vec())?;
     p.distinguished_name
@@ -169,8 +168,7 @@ pub fn issue_client(
     validity: Duration,
     now: i64,
 ) -> Result<KeyCert, CertError> {
-    let ca_key = KeyPair::from_pem(&ca.key)?;
-    let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key)?;
+    let issuer = issuer(ca)?;
     let key = KeyPair::generate()?;
     let mut p = CertificateParams::new(Vec::<String>::new())?;
     p.distinguished_name.push(DnType::CommonName, cn);
@@ -211,8 +209,7 @@ pub fn sign_request(
             allowed: dns.to_string(),
         });
     }
-    let ca_key = KeyPair::from_pem(&ca.key)?;
-    let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key)?;
+    let issuer = issuer(ca)?;
     let mut p = CertificateParams::new(vec![dns.to_string()])?;
     p.distinguished_name.push(DnType::CommonName, dns);
     p.key_usages = vec![
@@ -228,6 +225,13 @@ pub fn sign_request(
     }
     .signed_by(&issuer)?;
     Ok(signed.pem())
+}
+
+fn issuer(ca: &KeyCert) -> Result<Issuer<'static, KeyPair>, CertError> {
+    Ok(Issuer::from_ca_cert_pem(
+        &ca.cert,
+        KeyPair::from_pem(&ca.key)?,
+    )?)
 }
 
 /// A validity window cut at the CA's expiry: a certificate never outlives its issuer.

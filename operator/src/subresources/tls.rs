@@ -9,23 +9,13 @@ use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("reading {path}: {message}")]
-    Pem { path: String, message: String },
-    #[error("request-header CA: {0}")]
-    ClientCa(String),
-    #[error("TLS configuration: {0}")]
-    Config(#[from] rustls::Error),
-}
+/// A serving certificate, key or request-header CA that does not make a TLS configuration.
+pub type TlsError = sandbox_api::tls::TlsConfigError;
 
 /// The common name of the peer's certificate, for the allowed-names check.
 #[derive(Clone, Debug)]
@@ -39,35 +29,7 @@ pub fn server_config(
     key_pem: &str,
     client_ca_pem: &str,
 ) -> Result<rustls::ServerConfig, TlsError> {
-    let pem_err = |what: &str, e: rustls::pki_types::pem::Error| TlsError::Pem {
-        path: what.to_string(),
-        message: e.to_string(),
-    };
-    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| pem_err("serving certificate", e))?;
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| pem_err("serving key", e))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
-        let c = c.map_err(|e| TlsError::ClientCa(e.to_string()))?;
-        roots
-            .add(c)
-            .map_err(|e| TlsError::ClientCa(e.to_string()))?;
-    }
-    if roots.is_empty() {
-        return Err(TlsError::ClientCa("no certificate in the bundle".into()));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|e| TlsError::ClientCa(e.to_string()))?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(cfg)
+    sandbox_api::tls::mutual_server_config(cert_pem, key_pem, client_ca_pem)
 }
 
 pub fn common_name(der: &[u8]) -> Option<String> {
@@ -156,7 +118,8 @@ mod tests {
     use super::*;
     use crate::certs::authority;
     use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair};
-    use rustls::pki_types::ServerName;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A client certificate from `ca`, as the API server's front proxy holds one.

@@ -1,0 +1,57 @@
+//! Writing a running process's stdin (`stdin: true`): forwarded to its supervisor, which holds
+//! the pipe and decides by offset (exactly once, in order; see `supervisor::stdin`).
+use base64::Engine;
+use sandbox_api::wire::{StdinState, MAX_STDIN_WRITE};
+
+use super::Registry;
+use crate::control;
+use crate::error::AgentError;
+use crate::exec_id::ExecId;
+use crate::supervisor::Control;
+
+impl Registry {
+    /// Writes `data` at byte `offset` (then EOF when `close`); the answer is stdin's state after
+    /// it: `bytes` is where the next write starts (less than `offset + data.len()` when the
+    /// process has not read enough yet: the rest is to be sent again from there).
+    pub async fn stdin(
+        &self,
+        id: &str,
+        offset: u64,
+        data: &[u8],
+        close: bool,
+    ) -> Result<StdinState, AgentError> {
+        if data.len() > MAX_STDIN_WRITE {
+            return Err(AgentError::InvalidRequest(format!(
+                "stdin write of {} bytes: at most {MAX_STDIN_WRITE} per write",
+                data.len()
+            )));
+        }
+        let rec = self.get(id)?;
+        let id = ExecId::parse(id)?;
+        let Some(state) = rec.stdin else {
+            return Err(AgentError::StdinUnavailable(
+                "the process was started without stdin (spec.stdin)".into(),
+            ));
+        };
+        if rec.is_final() {
+            return Err(AgentError::StdinUnavailable(format!(
+                "the process has ended (stdin took {} bytes)",
+                state.bytes
+            )));
+        }
+        let req = Control::Stdin {
+            offset,
+            data: base64::engine::general_purpose::STANDARD.encode(data),
+            close,
+        };
+        match control::request(&self.cfg.layout.control(&id), &req).await? {
+            Some(reply) => reply
+                .stdin
+                .ok_or_else(|| AgentError::Internal("supervisor reply without stdin".into())),
+            None => Err(AgentError::StdinUnavailable(format!(
+                "the process has ended (stdin took {} bytes)",
+                state.bytes
+            ))),
+        }
+    }
+}
