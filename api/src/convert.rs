@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use crate::crd::{
-    EndReason, ErrorCode, LogMatchStatus, OutputStatus, SandboxProcessSpec, UsageStatus,
+    EndReason, ErrorCode, LogMatchStatus, OutputStatus, SandboxProcessSpec, StdinStatus,
+    UsageStatus,
 };
 use crate::validate::{self, Violation};
 use crate::wire;
@@ -70,9 +71,7 @@ pub fn start_request(
             None => None,
             Some(l) => Some(l.to_wire()?),
         },
-        // The agent holds stdin pipes (issue 15); the spec field and the API server's stdin
-        // subresource come with the next step, until then every SandboxProcess reads /dev/null.
-        stdin: false,
+        stdin: spec.stdin,
     })
 }
 
@@ -115,6 +114,15 @@ impl From<&wire::OutputSummary> for OutputStatus {
             stdout_bytes: saturating_i64(o.stdout_bytes),
             stderr_bytes: saturating_i64(o.stderr_bytes),
             tail: o.tail.clone(),
+        }
+    }
+}
+
+impl From<&wire::StdinState> for StdinStatus {
+    fn from(s: &wire::StdinState) -> Self {
+        StdinStatus {
+            bytes: saturating_i64(s.bytes),
+            closed: s.closed,
         }
     }
 }

@@ -69,7 +69,8 @@ pub use crate::wire::MAX_SECONDS;
     {"rule": "self.stopSignal == oldSelf.stopSignal", "message": "stopSignal is immutable", "fieldPath": ".stopSignal"},
     {"rule": "self.terminationGracePeriodSeconds == oldSelf.terminationGracePeriodSeconds", "message": "terminationGracePeriodSeconds is immutable", "fieldPath": ".terminationGracePeriodSeconds"},
     {"rule": "has(self.startDeadlineSeconds) == has(oldSelf.startDeadlineSeconds) && (!has(self.startDeadlineSeconds) || self.startDeadlineSeconds == oldSelf.startDeadlineSeconds)", "message": "startDeadlineSeconds is immutable", "fieldPath": ".startDeadlineSeconds"},
-    {"rule": "has(self.resources) == has(oldSelf.resources) && (!has(self.resources) || self.resources == oldSelf.resources)", "message": "resources is immutable", "fieldPath": ".resources"}
+    {"rule": "has(self.resources) == has(oldSelf.resources) && (!has(self.resources) || self.resources == oldSelf.resources)", "message": "resources is immutable", "fieldPath": ".resources"},
+    {"rule": "has(self.stdin) == has(oldSelf.stdin) && (!has(self.stdin) || self.stdin == oldSelf.stdin)", "message": "stdin is immutable", "fieldPath": ".stdin"}
 ]))]
 pub struct SandboxProcessSpec {
     /// Target pod, in the same namespace. Exactly one of `podName`, `podSelector`.
@@ -127,6 +128,13 @@ pub struct SandboxProcessSpec {
     /// `terminationGracePeriodSeconds`.
     #[serde(default)]
     pub stop: bool,
+
+    /// `true`: the process's stdin is a pipe its supervisor keeps open for the process's life;
+    /// write it through the `sandboxprocesses/stdin` subresource (`kubectl sandbox attach`,
+    /// `run -i`), exactly once per byte offset; closing it (or `stop`) sends EOF. `false`
+    /// (default): /dev/null. Immutable.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stdin: bool,
 
     /// Signal sent on stop and timeout.
     #[serde(default = "default_stop_signal")]

@@ -376,7 +376,7 @@ pub fn spec_update(
     new: &crate::crd::SandboxProcessSpec,
     old: &crate::crd::SandboxProcessSpec,
 ) -> Result<(), Violation> {
-    let immutable: [(&str, bool); 12] = [
+    let immutable: [(&str, bool); 13] = [
         ("podName", new.pod_name == old.pod_name),
         ("podSelector", new.pod_selector == old.pod_selector),
         ("container", new.container == old.container),
@@ -395,6 +395,7 @@ pub fn spec_update(
             "startDeadlineSeconds",
             new.start_deadline_seconds == old.start_deadline_seconds,
         ),
+        ("stdin", new.stdin == old.stdin),
     ];
     match immutable.iter().find(|(_, same)| !same) {
         Some((field, _)) => Err(Violation::new(*field, format!("{field} is immutable"))),

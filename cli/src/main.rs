@@ -10,6 +10,7 @@ mod error;
 mod logs;
 mod objects;
 mod signals;
+mod stdin;
 
 use std::process::ExitCode;
 
@@ -50,6 +51,14 @@ enum Command {
     Ls(LsArgs),
     /// Wait until a process has exited or is ready.
     Wait(WaitArgs),
+    /// Send this terminal's stdin (or a pipe) to a process created with stdin (`run -i`,
+    /// spec.stdin), streaming its output; EOF closes its stdin. Exits with its exit code.
+    Attach(AttachArgs),
+}
+
+#[derive(Args, Debug)]
+struct AttachArgs {
+    name: String,
 }
 
 #[derive(Args, Debug)]
@@ -74,6 +83,10 @@ struct RunArgs {
     /// Stream the output and exit with the process's exit code.
     #[arg(long)]
     wait: bool,
+    /// Keep stdin open to the process and send this command's stdin to it (like `kubectl run
+    /// -i`); implies --wait. EOF on our stdin closes the process's.
+    #[arg(short = 'i', long)]
+    stdin: bool,
     /// Print the created object (json|yaml) instead of its name; not with --wait.
     #[arg(short = 'o', long, value_parser = ["json", "yaml"])]
     output: Option<String>,
@@ -158,8 +171,10 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
                 .iter()
                 .map(|kv| objects::parse_env(kv))
                 .collect::<Result<Vec<_>, _>>()?;
-            if a.wait && a.output.is_some() {
-                return Err(CliError::Usage("-o cannot be combined with --wait".into()));
+            if (a.wait || a.stdin) && a.output.is_some() {
+                return Err(CliError::Usage(
+                    "-o cannot be combined with --wait or -i".into(),
+                ));
             }
             let spec = objects::RunSpec {
                 pod: a.pod,
@@ -169,8 +184,9 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
                 workdir: a.workdir,
                 timeout: a.timeout,
                 argv: a.argv,
+                stdin: a.stdin,
             };
-            objects::run(&ctx, spec, a.wait, a.output.as_deref()).await
+            objects::run(&ctx, spec, a.wait || a.stdin, a.output.as_deref()).await
         }
         Command::Logs(a) => {
             let opts = logs::Options {
@@ -219,5 +235,6 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
             };
             objects::wait(&ctx, &a.name, what, a.timeout, a.output.as_deref()).await
         }
+        Command::Attach(a) => objects::attach(&ctx, &a.name).await,
     }
 }

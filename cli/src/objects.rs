@@ -26,6 +26,8 @@ impl Ctx {
 }
 
 pub struct RunSpec {
+    /// spec.stdin: a pipe kept open to the process's stdin.
+    pub stdin: bool,
     pub pod: String,
     pub container: Option<String>,
     pub name: Option<String>,
@@ -173,6 +175,9 @@ pub async fn run(
     if !spec.env.is_empty() {
         s["env"] = serde_json::to_value(&spec.env).expect("env serializes");
     }
+    if spec.stdin {
+        s["stdin"] = true.into();
+    }
     // Through serde so the spec's defaults (stopSignal, grace period) apply.
     let obj: SandboxProcess = serde_json::from_value(serde_json::json!({
         "apiVersion": SandboxProcess::api_version(&()),
@@ -190,18 +195,66 @@ pub async fn run(
         }
         return Ok(0);
     }
+    if spec.stdin {
+        return attach(ctx, &name).await;
+    }
     wait_started(ctx, &name).await?;
+    follow_to_exit(ctx, &name).await
+}
+
+/// Streams the output until the process ends; its exit code.
+async fn follow_to_exit(ctx: &Ctx, name: &str) -> Result<u8, CliError> {
     let opts = logs::Options {
         follow: true,
         stream: "both".into(),
         split: true,
         ..Default::default()
     };
-    if let Err(e) = logs::print(&ctx.client, &ctx.namespace, &name, &opts).await {
-        return Err(explain_log_failure(ctx, &name, e).await);
+    if let Err(e) = logs::print(&ctx.client, &ctx.namespace, name, &opts).await {
+        return Err(explain_log_failure(ctx, name, e).await);
     }
-    let done = until(ctx, &name, None, "end", is_final).await?;
+    let done = until(ctx, name, None, "end", is_final).await?;
     exit_code(&done)
+}
+
+/// Our stdin to the process's (closed at our EOF) while its output streams; its exit code.
+pub async fn attach(ctx: &Ctx, name: &str) -> Result<u8, CliError> {
+    wait_started(ctx, name).await?;
+    let o = ctx.api().get(name).await?;
+    if !o.spec.stdin {
+        return Err(CliError::Usage(format!(
+            "{} was created without stdin (spec.stdin: true, or `run -i`)",
+            kind_name(name)
+        )));
+    }
+    let (client, namespace) = (ctx.client.clone(), ctx.namespace.clone());
+    let target = name.to_string();
+    let mut input = Some(tokio::spawn(async move {
+        crate::stdin::pump(&client, &namespace, &target, tokio::io::stdin()).await
+    }));
+    let follow = follow_to_exit(ctx, name);
+    tokio::pin!(follow);
+    loop {
+        tokio::select! {
+            code = &mut follow => {
+                // The process may end before it read all we had: its choice, as with a pipe.
+                if let Some(i) = input.take() {
+                    i.abort();
+                }
+                return code;
+            }
+            sent = async { input.as_mut().expect("guarded").await }, if input.is_some() => {
+                input = None;
+                match sent {
+                    Ok(Ok(_)) => {} // all sent, stdin closed: the output goes on
+                    // It ended, or closed its stdin, first: the output says how it went.
+                    Ok(Err(CliError::Api(m))) if m.contains("StdinUnavailable") => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(e) => return Err(CliError::Api(format!("sending stdin: {e}"))),
+                }
+            }
+        }
+    }
 }
 
 /// Whether the operator has started the process (`status.podUID` is set then): only a started

@@ -12,7 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use sandbox_api::crd::{
     condition, EndReason, ErrorCode, ExitStatus, LogMatchStatus, OutputStatus, Phase, ProcessError,
-    SandboxProcessSpec, SandboxProcessStatus, UsageStatus, DEFAULT_START_DEADLINE_SECONDS,
+    SandboxProcessSpec, SandboxProcessStatus, StdinStatus, UsageStatus,
+    DEFAULT_START_DEADLINE_SECONDS,
 };
 use sandbox_api::validate::Violation;
 use sandbox_api::wire::{self, ProcessRecord};

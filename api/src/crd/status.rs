@@ -79,6 +79,10 @@ pub struct SandboxProcessStatus {
     /// (`kubectl sandbox logs --since CURSOR` resumes right after the match).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_match: Option<LogMatchStatus>,
+    /// With `spec.stdin`: the bytes stdin has taken (the offset the next write starts at) and
+    /// whether it is closed (EOF sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<StdinStatus>,
     /// `Ready`, `Succeeded`, `Reconciling`, `Stalled` (kstatus-compatible).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -231,6 +235,14 @@ pub struct UsageStatus {
     pub memory_peak_bytes: i64,
     /// CPU time of the tree, user + system (milliseconds).
     pub cpu_time_millis: i64,
+}
+
+/// `status.stdin`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StdinStatus {
+    pub bytes: i64,
+    pub closed: bool,
 }
 
 /// Condition types.

@@ -415,6 +415,7 @@ fn only_stop_and_ttl_are_mutable() {
             "startDeadlineSeconds",
             Box::new(|s| s.start_deadline_seconds = Some(5)),
         ),
+        ("stdin", Box::new(|s| s.stdin = true)),
     ];
     for (field, change) in changes {
         let mut new = old.clone();
@@ -462,8 +463,13 @@ fn cel_immutability() {
         period_millis: 500,
         timeout_seconds: None,
     });
-    let err = cel_update(new, old).unwrap_err();
+    let err = cel_update(new, old.clone()).unwrap_err();
     assert!(err.contains("readiness is immutable"), "{err}");
+
+    let mut new = old.clone();
+    new.stdin = true;
+    let err = cel_update(new, old).unwrap_err();
+    assert!(err.contains("stdin is immutable"), "{err}");
 }
 
 #[test]

@@ -10,7 +10,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use sandbox_api::validate::Valid;
 use sandbox_api::wire::{
-    ApiError, ErrorCode, LogQuery, ProcessRecord, SignalRequest, StartRequest,
+    ApiError, ErrorCode, LogQuery, ProcessRecord, SignalRequest, StartRequest, StdinState,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -293,6 +293,29 @@ impl AgentClient {
             .json(req);
         let resp = self.send(url, r).await?;
         Self::record(resp, url).await
+    }
+
+    /// Writes `data` at byte `offset` of the process's stdin (then EOF when `close`); stdin's
+    /// state after it (`bytes` less than the end: the process has not read the rest yet).
+    pub async fn stdin(
+        &self,
+        url: &str,
+        id: &str,
+        offset: u64,
+        data: axum::body::Bytes,
+        close: bool,
+    ) -> Result<StdinState, AgentError> {
+        let r = self
+            .http(url)?
+            .post(format!("{url}/v1/processes/{id}/stdin"))
+            .query(&[("offset", offset.to_string()), ("close", close.to_string())])
+            .timeout(Duration::from_secs(10))
+            .body(data);
+        let resp = self.send(url, r).await?;
+        resp.json().await.map_err(|e| AgentError::Unreachable {
+            url: url.into(),
+            message: format!("decoding the stdin state: {e}"),
+        })
     }
 
     /// The process's output as the agent's NDJSON stream of `LogEvent`s. No overall timeout: a

@@ -27,6 +27,10 @@ pub(super) fn record_parts(s: &mut SandboxProcessStatus, r: &ProcessRecord, outp
     if let Some(m) = &r.log_match {
         s.log_match = Some(LogMatchStatus::from(m));
     }
+    // Not held back: a writer resumes from it.
+    if let Some(i) = &r.stdin {
+        s.stdin = Some(StdinStatus::from(i));
+    }
 }
 
 pub(super) fn describe_exit(e: &ExitStatus, reason: Option<EndReason>) -> String {

@@ -5,6 +5,11 @@
 //!   `?follow=true&since=CURSOR&stream=stdout|stderr|both&maxBytes=N` → NDJSON `LogEvent`s
 //! - `POST /apis/subresources.sandbox.dev/v1alpha1/namespaces/NS/sandboxprocesses/NAME/signal`
 //!   `{"signal": N}` → the agent's `ProcessRecord`
+//! - `POST …/sandboxprocesses/NAME/stdin?offset=N&close=true|false`, the bytes as the body
+//!   (≤ 1 MiB) → `{"bytes": B, "closed": C}`: stdin took everything before byte B (less than
+//!   N + the body's length when the process has not read the rest yet: send it again from B);
+//!   a write not at B is refused (409 `StdinOffsetMismatch`). `GET …/stdin` → the same state,
+//!   where a writer that lost its place resumes. Authorized like `signal`.
 //!
 //! Users reach it only through the API server (`kubectl get --raw`, `kubectl sandbox logs`), which
 //! authenticates them and checks RBAC on `sandboxprocesses/log` (verb `get`) or
@@ -33,7 +38,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use sandbox_api::crd::{SandboxProcess, SandboxProcessStatus, GROUP};
-use sandbox_api::wire::{ErrorCode, LogQuery, LogStream};
+use sandbox_api::wire::{ErrorCode, LogQuery, LogStream, StdinState, MAX_STDIN_WRITE};
 use serde::Deserialize;
 use serde_json::json;
 use tracing::info;
@@ -146,6 +151,12 @@ pub fn router(server: Arc<Server>) -> Router {
             &format!("{base}/namespaces/{{namespace}}/sandboxprocesses/{{name}}/signal"),
             post(signal),
         )
+        .route(
+            &format!("{base}/namespaces/{{namespace}}/sandboxprocesses/{{name}}/stdin"),
+            post(stdin)
+                .get(stdin_state)
+                .layer(axum::extract::DefaultBodyLimit::max(MAX_STDIN_WRITE)),
+        )
         .fallback(|| async {
             SubresourceError::NotFound("the server could not find the requested resource".into())
         })
@@ -182,6 +193,8 @@ async fn resource_list() -> Json<serde_json::Value> {
              "kind": "SandboxProcessLog", "verbs": ["get"]},
             {"name": "sandboxprocesses/signal", "singularName": "", "namespaced": true,
              "kind": "SandboxProcessSignal", "verbs": ["create"]},
+            {"name": "sandboxprocesses/stdin", "singularName": "", "namespaced": true,
+             "kind": "SandboxProcessStdin", "verbs": ["create", "get"]},
         ],
     }))
 }
@@ -462,9 +475,114 @@ async fn signal(
     Ok(Json(rec).into_response())
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StdinParams {
+    offset: Option<String>,
+    close: Option<String>,
+}
+
+impl StdinParams {
+    fn parse(self) -> Result<(u64, bool)> {
+        let offset = self.offset.as_deref().ok_or_else(|| {
+            SubresourceError::BadRequest(
+                "offset: required (the bytes of stdin already sent; GET this subresource for it)"
+                    .into(),
+            )
+        })?;
+        let offset = offset.parse::<u64>().map_err(|_| {
+            SubresourceError::BadRequest(format!("offset: {offset:?} is not a byte offset"))
+        })?;
+        let close = match self.close.as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(v) => {
+                return Err(SubresourceError::BadRequest(format!(
+                    "close: {v:?} is not true or false"
+                )))
+            }
+        };
+        Ok((offset, close))
+    }
+}
+
+/// A write to the process's stdin (exactly once by offset; see the module's doc). The same
+/// rights as a signal: `update` on the object and `create pods/exec` on its pod.
+async fn stdin(
+    State(server): State<Arc<Server>>,
+    Extension(peer): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+    params: std::result::Result<Query<StdinParams>, QueryRejection>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<StdinState>> {
+    let user = caller(&server, &peer, &headers)?;
+    let Query(p) = params.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
+    let (offset, close) = p.parse()?;
+    authorize(&server, &user, "update", &namespace, &name).await?;
+    let (url, id, pod) = locate(&server, &namespace, &name).await?;
+    authorize_exec(&server, &user, &namespace, &pod).await?;
+    let state = server
+        .agents
+        .stdin(&url, &id, offset, body, close)
+        .await
+        .map_err(|e| agent_error(e, &name))?;
+    Ok(Json(state))
+}
+
+/// Where stdin is: the offset the next write starts at, and whether it is closed.
+async fn stdin_state(
+    State(server): State<Arc<Server>>,
+    Extension(peer): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<StdinState>> {
+    let user = caller(&server, &peer, &headers)?;
+    authorize(&server, &user, "get", &namespace, &name).await?;
+    let (url, id, _) = locate(&server, &namespace, &name).await?;
+    let rec = server
+        .agents
+        .get(&url, &id)
+        .await
+        .map_err(|e| agent_error(e, &name))?
+        .ok_or_else(|| {
+            SubresourceError::NotFound(format!(
+                "the agent holds no process for sandboxprocess \"{name}\""
+            ))
+        })?;
+    rec.stdin.map(Json).ok_or_else(|| {
+        SubresourceError::Conflict(format!(
+            "StdinUnavailable: sandboxprocess \"{name}\" was created without spec.stdin"
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stdin_parameters() {
+        let p = |o: Option<&str>, c: Option<&str>| {
+            StdinParams {
+                offset: o.map(String::from),
+                close: c.map(String::from),
+            }
+            .parse()
+        };
+        assert_eq!(p(Some("0"), None).unwrap(), (0, false));
+        assert_eq!(p(Some("42"), Some("true")).unwrap(), (42, true));
+        for bad in [
+            p(None, None),
+            p(Some("-1"), None),
+            p(Some("1"), Some("yes")),
+        ] {
+            assert!(
+                matches!(bad, Err(SubresourceError::BadRequest(_))),
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn stream_names() {
