@@ -264,7 +264,7 @@ pub(crate) fn key_cert(s: &Secret, cert: &str, key: &str) -> Option<KeyCert> {
 }
 
 /// The certificates of a PEM bundle, each with its END line.
-fn split_pem(bundle: &str) -> Vec<String> {
+pub(crate) fn split_pem(bundle: &str) -> Vec<String> {
     const END: &str = "-----END CERTIFICATE-----";
     bundle
         .split_inclusive(END)

@@ -198,11 +198,12 @@ async fn answer(
     if let Err(why) = live_agent(client, s, &node, &pod, &uid).await? {
         return decide(csrs, csr, false, &why).await;
     }
-    let (ca, published_at) = read_ca(client, s).await?;
+    let (ca, rollover_at) = read_ca(client, s).await?;
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     // A certificate from a CA the replicas do not trust yet would fail their checks until their
-    // next read of the bundle: wait that long after a rollover.
-    if let Some(wait) = published_at
+    // next read of the bundle: wait that long after a rollover (not after the first CA: nothing
+    // could reach an agent before it anyway).
+    if let Some(wait) = rollover_at
         .map(|t| t + RELOAD_MARGIN - now)
         .filter(|w| *w > 0)
     {
@@ -271,7 +272,8 @@ async fn live_agent(
     Ok(Ok(()))
 }
 
-/// The CA, and when it entered the bundle (mode self).
+/// The CA, and when it entered the bundle if that was a rollover (mode self: the bundle still
+/// holds the previous CA).
 async fn read_ca(client: &Client, s: &Signing) -> anyhow::Result<(KeyCert, Option<i64>)> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &s.namespace);
     let sec = secrets
@@ -285,7 +287,10 @@ async fn read_ca(client: &Client, s: &Signing) -> anyhow::Result<(KeyCert, Optio
         .annotations
         .as_ref()
         .and_then(|a| a.get(super::PUBLISHED_AT)?.parse().ok());
-    Ok((ca, published))
+    let cas = super::text(&sec, "ca-bundle.crt")
+        .map(|b| super::split_pem(&b).len())
+        .unwrap_or(0);
+    Ok((ca, published.filter(|_| cas > 1)))
 }
 
 /// Approves or denies through the approval subresource (update: conflicts are retried by the
