@@ -149,16 +149,27 @@ struct WaitArgs {
     output: Option<String>,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match dispatch(cli).await {
-        Ok(code) => ExitCode::from(code),
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = match rt.block_on(dispatch(cli)) {
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(e.exit_code())
+            e.exit_code()
         }
-    }
+    };
+    // Not by dropping the runtime: that waits for a read of our stdin (attach, run -i) that
+    // cannot be cancelled, i.e. until the user presses Enter after the process has ended.
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(code.into())
 }
 
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {
