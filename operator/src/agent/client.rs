@@ -13,6 +13,11 @@ use sandbox_api::wire::{
     ApiError, ErrorCode, LogQuery, ProcessRecord, SignalRequest, StartRequest, StdinState,
 };
 
+/// Longest wait for an answer to begin: connection, TLS handshake and the response's head (a
+/// start waits for runc and has its own, longer, bound).
+const RESPONSE_HEAD: Duration = Duration::from_secs(15);
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// No usable answer: connection failed, timed out, the agent failed internally or refused our
@@ -167,14 +172,26 @@ impl AgentClient {
         url: &str,
         req: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, AgentError> {
+        self.send_bounded(url, req, false).await
+    }
+
+    async fn send_bounded(
+        &self,
+        url: &str,
+        req: reqwest::RequestBuilder,
+        start: bool,
+    ) -> Result<reqwest::Response, AgentError> {
         let unreachable = |message: String| AgentError::Unreachable {
             url: url.into(),
             message,
         };
-        let resp = req
-            .bearer_auth(self.token(url)?)
-            .send()
+        // Connection, handshake and the answer's head are bounded whatever the request's own
+        // timeout (streams have none): a peer that accepts and then says nothing must not hold a
+        // reconcile or a user's request forever.
+        let head = if start { START_TIMEOUT } else { RESPONSE_HEAD };
+        let resp = tokio::time::timeout(head, req.bearer_auth(self.token(url)?).send())
             .await
+            .map_err(|_| unreachable(format!("no answer within {}s", head.as_secs())))?
             .map_err(|e| unreachable(error_chain(&e)))?;
         let status = resp.status();
         if status.is_success() {
@@ -216,9 +233,9 @@ impl AgentClient {
         let r = self
             .http(url)?
             .post(format!("{url}/v1/processes"))
-            .timeout(Duration::from_secs(60))
+            .timeout(START_TIMEOUT)
             .json(&**req);
-        let resp = self.send(url, r).await?;
+        let resp = self.send_bounded(url, r, true).await?;
         Self::record(resp, url).await
     }
 
