@@ -53,6 +53,9 @@ pub async fn serve(
             debug!(%remote, "connection cap reached; closing");
             continue;
         };
+        // Small writes (a log line, a stdin answer) go out at once, not after the peer's
+        // delayed ACK (Nagle's algorithm), as axum::serve does for plain HTTP.
+        let _ = tcp.set_nodelay(true);
         let Some(config) = cfg.borrow().clone() else {
             continue;
         };

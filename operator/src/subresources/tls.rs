@@ -70,6 +70,9 @@ pub async fn serve(
             debug!(%remote, "connection cap reached; closing");
             continue; // dropping `tcp` closes it
         };
+        // Small writes (a followed log line) go out at once, not after the API server's delayed
+        // ACK (Nagle's algorithm).
+        let _ = tcp.set_nodelay(true);
         let acceptor = TlsAcceptor::from(cfg.borrow().clone());
         let router = router.clone();
         tokio::spawn(async move {
