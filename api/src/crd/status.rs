@@ -241,7 +241,9 @@ pub struct UsageStatus {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StdinStatus {
+    /// Bytes stdin has taken: the offset the next write starts at.
     pub bytes: i64,
+    /// Stdin is closed (EOF sent): by a write with `close=true`, a `stop`, or the process's end.
     pub closed: bool,
 }
 
