@@ -70,6 +70,10 @@ impl KubeFlags {
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
+        // kube's default for controllers retries 429/503/504 up to 15 times with backoff to
+        // 1000 s: a command would seem to hang on "agent unreachable". A command answers at once;
+        // where a retry is right (a follow, a stdin write), it retries itself, by cursor or offset.
+        config.default_retry = false;
         let client = Client::try_from(config).map_err(|e| CliError::Config(e.to_string()))?;
         Ok((client, namespace))
     }

@@ -250,7 +250,7 @@ pub async fn print(
     o: &Options,
 ) -> Result<Ended, CliError> {
     let mut o = o.clone();
-    let mut retries = 0;
+    let (mut retries, mut unavailable) = (0, 0);
     loop {
         match stream_once(client, namespace, name, &o).await {
             Ok(e) => match next(&e, o.follow) {
@@ -262,6 +262,13 @@ pub async fn print(
                 Next::Resume => o.since = e.cursor.clone(),
             },
             Err(CliError::StreamBroken(_)) if o.follow && retries < 5 => retries += 1,
+            // A follow outlives a moment without an agent (it restarts, a rollout): the
+            // subresource says 503 then; a plain read fails at once, like kubectl logs.
+            Err(CliError::Api(m))
+                if o.follow && m.ends_with("(ServiceUnavailable)") && unavailable < 60 =>
+            {
+                unavailable += 1
+            }
             Err(e) => return Err(e),
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
