@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use super::AgentClient;
 use crate::certs::authority::{self, KeyCert};
-use crate::certs::{key_cert, text};
+use crate::certs::{key_cert, split_pem, text};
 
 /// How often the two Secrets are read.
 const POLL: Duration = Duration::from_secs(5);
@@ -96,9 +96,9 @@ async fn next(
 /// Pure: whether our client certificate stays. It moves to a new CA only once the serving
 /// certificate has (the leader's sign that the new bundle has had time to reach the agents).
 fn keep_client(client: &str, ca: &str, serving_leaf: &str, bundle: &str, now: i64) -> bool {
-    let trusted = bundle
-        .split_inclusive("-----END CERTIFICATE-----")
-        .any(|c| authority::issued_by(client, c.trim_start()));
+    let trusted = split_pem(bundle)
+        .iter()
+        .any(|c| authority::issued_by(client, c));
     if !trusted || authority::due(client, now) {
         return false;
     }

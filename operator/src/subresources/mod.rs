@@ -514,10 +514,16 @@ async fn stdin(
     Path((namespace, name)): Path<(String, String)>,
     params: std::result::Result<Query<StdinParams>, QueryRejection>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: std::result::Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Json<StdinState>> {
     let user = caller(&server, &peer, &headers)?;
     let Query(p) = params.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
+    let body = body.map_err(|e| {
+        SubresourceError::BadRequest(format!(
+            "body: {} (at most {MAX_STDIN_WRITE} bytes per write; send more as further writes)",
+            e.body_text()
+        ))
+    })?;
     let (offset, close) = p.parse()?;
     authorize(&server, &user, "update", &namespace, &name).await?;
     let (url, id, pod) = locate(&server, &namespace, &name).await?;
