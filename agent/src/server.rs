@@ -58,6 +58,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/processes", post(start).get(list))
         .route("/v1/processes/{id}", get(get_one).delete(forget))
         .route("/v1/processes/{id}/signal", post(signal))
+        .route("/v1/processes/{id}/probe", post(probe))
         .route(
             "/v1/processes/{id}/stdin",
             post(stdin).layer(axum::extract::DefaultBodyLimit::max(
@@ -156,6 +157,21 @@ async fn signal(
     let r = match serde_json::from_slice::<SignalRequest>(&body) {
         Ok(req) => st.registry.signal(&id, req).await,
         Err(e) => Err(AgentError::InvalidRequest(format!("request body: {e}"))),
+    };
+    Ok(Json(counted(&st, r)?))
+}
+
+/// One port check in the process's pod (`tcpSocket` or `httpGet`, as in readiness).
+async fn probe(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<sandbox_api::wire::ProbeResult>, AgentError> {
+    let r = match serde_json::from_slice::<sandbox_api::wire::ProbeKind>(&body) {
+        Ok(p) => st.registry.probe(&id, p).await,
+        Err(e) => Err(AgentError::InvalidRequest(format!(
+            "request body: {e} (one of tcpSocket: {{port}}, httpGet: {{port, path, status}})"
+        ))),
     };
     Ok(Json(counted(&st, r)?))
 }

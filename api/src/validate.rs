@@ -243,26 +243,36 @@ pub(crate) fn port(field: &str, port: i64) -> Result<u16, Violation> {
 
 pub(crate) const STATUS_RANGE_MESSAGE: &str = "min and max must be 100-599 with min <= max";
 
-fn readiness(r: &wire::Readiness) -> Result<(), Violation> {
-    match &r.probe {
+/// A port check asked for after the start (`sandboxprocesses/probe`): a `tcpSocket` or an
+/// `httpGet`, with the rules of `readiness`; field names start with `prefix`.
+pub fn port_check(prefix: &str, probe: &ProbeKind) -> Result<(), Violation> {
+    match probe {
+        ProbeKind::LogMatch { .. } => Err(Violation::new(
+            prefix,
+            "must be tcpSocket or httpGet (a log match is waited for on the output)",
+        )),
+        other => net_probe(prefix, other),
+    }
+}
+
+fn net_probe(prefix: &str, probe: &ProbeKind) -> Result<(), Violation> {
+    let f = |name: &str| format!("{prefix}.{name}");
+    match probe {
         ProbeKind::TcpSocket { port: p } => {
-            port("readiness.tcpSocket.port", (*p).into())?;
+            port(&f("tcpSocket.port"), (*p).into())?;
         }
         ProbeKind::HttpGet {
             port: p,
             path,
             status,
         } => {
-            port("readiness.httpGet.port", (*p).into())?;
+            port(&f("httpGet.port"), (*p).into())?;
             if !path.starts_with('/') {
-                return Err(Violation::new(
-                    "readiness.httpGet.path",
-                    "must start with '/'",
-                ));
+                return Err(Violation::new(f("httpGet.path"), "must start with '/'"));
             }
             if !wire::request_path_ok(path) {
                 return Err(Violation::new(
-                    "readiness.httpGet.path",
+                    f("httpGet.path"),
                     "must be printable ASCII without spaces or control characters",
                 ));
             }
@@ -270,11 +280,18 @@ fn readiness(r: &wire::Readiness) -> Result<(), Violation> {
                 || !HTTP_STATUS.contains(&status.max)
                 || status.min > status.max
             {
-                return Err(Violation::new(
-                    "readiness.httpGet.status",
-                    STATUS_RANGE_MESSAGE,
-                ));
+                return Err(Violation::new(f("httpGet.status"), STATUS_RANGE_MESSAGE));
             }
+        }
+        ProbeKind::LogMatch { .. } => {}
+    }
+    Ok(())
+}
+
+fn readiness(r: &wire::Readiness) -> Result<(), Violation> {
+    match &r.probe {
+        p @ (ProbeKind::TcpSocket { .. } | ProbeKind::HttpGet { .. }) => {
+            net_probe("readiness", p)?;
         }
         ProbeKind::LogMatch { pattern, .. } => {
             if pattern.is_empty() {

@@ -144,6 +144,17 @@ pub enum ProbeKind {
     },
 }
 
+/// The answer to one port check (`POST /v1/processes/{id}/probe` with a [`ProbeKind`] body,
+/// `tcpSocket` or `httpGet`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeResult {
+    /// The port took the connection (for HTTP: answered with a status in the range).
+    pub ready: bool,
+    /// What was seen (the HTTP status, why not ready).
+    #[serde(default)]
+    pub message: String,
+}
+
 fn default_path() -> String {
     "/".to_string()
 }

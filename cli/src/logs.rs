@@ -1,22 +1,26 @@
-//! Output through `sandboxprocesses/log` (subresources.sandbox.dev), as the agent's NDJSON events.
+//! Printing output events: raw bytes (kubectl logs), or one JSON event per line with its cursor.
+//! Reading, resuming and cursors are the library's (`sandbox_client::Process::logs`).
 use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use futures::{AsyncBufReadExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::Client;
-use sandbox_api::wire::{LogEvent, LogStream, ProcessRecord};
+use sandbox_client::{LogEvent, LogOptions, LogStream, Process};
 
-use crate::error::CliError;
-
-pub const PATH_PREFIX: &str = "/apis/subresources.sandbox.dev/v1alpha1";
+use crate::error::{flag, CliError};
 
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     pub follow: bool,
-    pub since: Option<String>,
-    /// stdout | stderr | both
-    pub stream: String,
+    /// Start after this cursor.
+    pub after: Option<String>,
+    /// Only output read within this long before now (`kubectl logs --since`).
+    pub since: Option<Duration>,
+    /// Only the last N lines of what is there now, then (with follow) what comes.
+    pub tail: Option<usize>,
+    pub limit_bytes: Option<u64>,
+    pub stream: LogStream,
     pub timestamps: bool,
     pub json: bool,
     /// stderr output to our stderr (`run --wait`, like `kubectl exec`); otherwise everything goes
@@ -24,51 +28,7 @@ pub struct Options {
     pub split: bool,
 }
 
-/// How a log stream ended.
-#[derive(Debug, Default)]
-pub struct Ended {
-    /// Cursor after the last event seen: resume from here.
-    pub cursor: Option<String>,
-    /// The agent's final record, when the process ended and its output was drained.
-    pub record: Option<ProcessRecord>,
-    /// The stream carried an End event (otherwise the connection ended early).
-    pub complete: bool,
-    /// The stream ended with a `more` event (a byte limit): read on from `cursor`.
-    pub more: bool,
-}
-
-fn url(namespace: &str, name: &str, o: &Options) -> String {
-    let mut q = vec![format!("stream={}", o.stream)];
-    if o.follow {
-        q.push("follow=true".into());
-    }
-    if let Some(c) = &o.since {
-        q.push(format!("since={}", encode(c)));
-    }
-    format!(
-        "{PATH_PREFIX}/namespaces/{}/sandboxprocesses/{}/log?{}",
-        encode(namespace),
-        encode(name),
-        q.join("&")
-    )
-}
-
-/// Percent-encodes everything outside the URL-safe set (names and cursors are plain, but a
-/// typo should fail in the server's validation, not produce a different URL).
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Writes raw output to stdout/stderr, optionally with timestamps at line starts.
-#[derive(Default)]
+/// Writes events to stdout/stderr, optionally with timestamps at line starts.
 struct Renderer {
     timestamps: bool,
     json: bool,
@@ -88,19 +48,16 @@ impl Renderer {
 
     fn event(&mut self, ev: &LogEvent) -> Result<(), CliError> {
         if self.json {
-            if let Some(v) = json_event(ev)? {
-                writeln!(std::io::stdout().lock(), "{v}")?;
-            }
+            writeln!(std::io::stdout().lock(), "{}", json_event(ev))?;
             return Ok(());
         }
         match ev {
             LogEvent::Data {
                 stream,
                 data,
-                ts_nanos,
+                time_nanos,
                 ..
             } => {
-                let bytes = decode(data)?;
                 let i = usize::from(*stream == LogStream::Stderr);
                 let mut w: Box<dyn Write> = if i == 1 && self.split {
                     Box::new(std::io::stderr().lock())
@@ -108,8 +65,8 @@ impl Renderer {
                     Box::new(std::io::stdout().lock())
                 };
                 if self.timestamps {
-                    let ts = time(*ts_nanos);
-                    for piece in bytes.split_inclusive(|b| *b == b'\n') {
+                    let ts = time(*time_nanos);
+                    for piece in data.split_inclusive(|b| *b == b'\n') {
                         if self.at_line_start[i] {
                             write!(w, "{ts} ")?;
                         }
@@ -117,11 +74,10 @@ impl Renderer {
                         self.at_line_start[i] = piece.ends_with(b"\n");
                     }
                 } else {
-                    w.write_all(&bytes)?;
+                    w.write_all(data)?;
                 }
                 w.flush()?;
             }
-            LogEvent::More { .. } => {}
             LogEvent::Truncated { dropped_bytes, .. } => {
                 eprintln!(
                     "kubectl-sandbox: [{dropped_bytes} bytes of output dropped here: over the agent's retention cap]"
@@ -133,40 +89,46 @@ impl Renderer {
     }
 }
 
-/// One `-o json` line for an event. `data` events carry the bytes as text in `data` when they are
-/// valid UTF-8, else base64 in `dataBase64` (no byte is lost either way); `truncated` and `end`
-/// are the API's events as they come.
-fn json_event(ev: &LogEvent) -> Result<Option<serde_json::Value>, CliError> {
-    let v = match ev {
+/// One `-o json` line. `data` events carry the bytes as text in `data` when they are valid
+/// UTF-8, else base64 in `dataBase64` (no byte is lost either way).
+fn json_event(ev: &LogEvent) -> serde_json::Value {
+    match ev {
         LogEvent::Data {
             stream,
             data,
-            ts_nanos,
+            time_nanos,
             cursor,
         } => {
             let mut v = serde_json::json!({
                 "type": "data",
                 "stream": match stream { LogStream::Stderr => "stderr", _ => "stdout" },
-                "time": time(*ts_nanos),
+                "time": time(*time_nanos),
                 "cursor": cursor,
             });
-            match String::from_utf8(decode(data)?) {
+            match std::str::from_utf8(data) {
                 Ok(text) => v["data"] = text.into(),
-                Err(_) => v["dataBase64"] = data.clone().into(),
+                Err(_) => {
+                    v["dataBase64"] = base64::engine::general_purpose::STANDARD
+                        .encode(data)
+                        .into()
+                }
             }
             v
         }
-        // The plugin reads on by itself after a `more`.
-        LogEvent::More { .. } => return Ok(None),
-        other => serde_json::to_value(other).map_err(|e| CliError::Api(e.to_string()))?,
-    };
-    Ok(Some(v))
-}
-
-fn decode(data: &str) -> Result<Vec<u8>, CliError> {
-    base64::engine::general_purpose::STANDARD
-        .decode(data)
-        .map_err(|e| CliError::Api(format!("bad data in the log stream: {e}")))
+        LogEvent::Truncated {
+            dropped_bytes,
+            cursor,
+        } => {
+            serde_json::json!({"type": "truncated", "droppedBytes": dropped_bytes, "cursor": cursor})
+        }
+        LogEvent::End { cursor, record } => {
+            let mut v = serde_json::json!({"type": "end", "cursor": cursor});
+            if let Some(r) = record {
+                v["record"] = serde_json::to_value(r).unwrap_or_default();
+            }
+            v
+        }
+    }
 }
 
 fn time(ts_nanos: u64) -> String {
@@ -175,174 +137,232 @@ fn time(ts_nanos: u64) -> String {
         .unwrap_or_default()
 }
 
-/// Streams output once (one request), printing as it comes.
-pub async fn stream_once(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    o: &Options,
-) -> Result<Ended, CliError> {
-    let req = http_get(&url(namespace, name, o))?;
-    let reader = client.request_stream(req).await?;
-    let mut lines = reader.lines();
-    let mut r = Renderer::new(o);
-    let mut ended = Ended {
-        cursor: o.since.clone(),
-        ..Default::default()
-    };
-    while let Some(line) = lines
-        .try_next()
-        .await
-        .map_err(|e| CliError::StreamBroken(e.to_string()))?
-    {
-        if line.is_empty() {
+fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Keeps the last `n` lines of `events` (a last line without a newline counts); the first kept
+/// event is cut to where its lines start.
+fn tail(events: Vec<LogEvent>, n: usize) -> Vec<LogEvent> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut lines = 0usize;
+    let mut out = Vec::new();
+    let mut first_byte = true;
+    for ev in events.into_iter().rev() {
+        let LogEvent::Data {
+            stream,
+            data,
+            time_nanos,
+            cursor,
+        } = ev
+        else {
+            continue; // a gap notice belongs to output that is not shown
+        };
+        let mut cut = None;
+        for (i, b) in data.iter().enumerate().rev() {
+            // A newline that ends the output's last byte does not start a line.
+            if *b == b'\n' && !(first_byte && i + 1 == data.len()) {
+                lines += 1;
+                if lines == n {
+                    cut = Some(i + 1);
+                    break;
+                }
+            }
+            first_byte = false;
+        }
+        if data.is_empty() {
             continue;
         }
-        let ev: LogEvent = serde_json::from_str(&line)
-            .map_err(|e| CliError::Api(format!("bad log event {line:?}: {e}")))?;
-        r.event(&ev)?;
-        match ev {
-            LogEvent::Data { cursor, .. } | LogEvent::Truncated { cursor, .. } => {
-                ended.cursor = Some(cursor)
-            }
-            LogEvent::More { cursor } => {
-                ended.cursor = Some(cursor);
-                ended.more = true;
-                break;
-            }
-            LogEvent::End { cursor, record } => {
-                ended.cursor = Some(cursor);
-                ended.record = record.map(|b| *b);
-                ended.complete = true;
-                break;
-            }
-        }
-    }
-    Ok(ended)
-}
-
-/// What to do after one read of the stream.
-#[derive(Debug, PartialEq, Eq)]
-enum Next {
-    Done,
-    /// Stopped at a byte limit (`more`): read on from its cursor at once.
-    ReadOn,
-    /// A follow lost its connection: resume from the last cursor after a pause.
-    Resume,
-}
-
-fn next(e: &Ended, follow: bool) -> Next {
-    if e.more {
-        Next::ReadOn
-    } else if e.complete || !follow {
-        Next::Done
-    } else {
-        Next::Resume
-    }
-}
-
-/// Prints output; a follow that loses its connection (an operator rollout, say) resumes from the
-/// last cursor, so nothing is repeated or skipped.
-pub async fn print(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    o: &Options,
-) -> Result<Ended, CliError> {
-    let mut o = o.clone();
-    let (mut retries, mut unavailable) = (0, 0);
-    loop {
-        match stream_once(client, namespace, name, &o).await {
-            Ok(e) => match next(&e, o.follow) {
-                Next::Done => return Ok(e),
-                Next::ReadOn => {
-                    o.since = e.cursor.clone();
-                    continue;
+        first_byte = false;
+        match cut {
+            Some(at) => {
+                if at < data.len() {
+                    out.push(LogEvent::Data {
+                        stream,
+                        data: data[at..].to_vec(),
+                        time_nanos,
+                        cursor,
+                    });
                 }
-                Next::Resume => o.since = e.cursor.clone(),
-            },
-            Err(CliError::StreamBroken(_)) if o.follow && retries < 5 => retries += 1,
-            // A follow outlives a moment without an agent (it restarts, a rollout): the
-            // subresource says 503 then; a plain read fails at once, like kubectl logs.
-            Err(CliError::Api(m))
-                if o.follow && m.ends_with("(ServiceUnavailable)") && unavailable < 60 =>
-            {
-                unavailable += 1
+                break;
             }
-            Err(e) => return Err(e),
+            None => out.push(LogEvent::Data {
+                stream,
+                data,
+                time_nanos,
+                cursor,
+            }),
         }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
+    out.reverse();
+    out
 }
 
-fn http_get(url: &str) -> Result<http::Request<Vec<u8>>, CliError> {
-    http::Request::get(url)
-        .body(Vec::new())
-        .map_err(|e| CliError::Usage(format!("bad request URL {url}: {e}")))
+/// Prints the output as asked; the cursor after the last event.
+pub async fn print(p: &Process, o: &Options) -> Result<Option<String>, CliError> {
+    let mut r = Renderer::new(o);
+    let since = o
+        .since
+        .map(|d| now_nanos().saturating_sub(d.as_nanos() as u64));
+    let shown = |ev: &LogEvent| match (ev, since) {
+        (LogEvent::Data { time_nanos, .. }, Some(t)) => *time_nanos >= t,
+        _ => true,
+    };
+    let mut after = o.after.clone();
+    if let Some(n) = o.tail {
+        // What is there now, its last n lines; then, with follow, on from its end.
+        let mut events = Vec::new();
+        let mut s = Box::pin(p.logs(LogOptions {
+            follow: false,
+            after: after.clone(),
+            stream: o.stream,
+            limit_bytes: None,
+        }));
+        let mut end = None;
+        while let Some(ev) = s.next().await {
+            match ev.map_err(|e| flag(e, "--after"))? {
+                LogEvent::End { cursor, record } => {
+                    end = Some((cursor, record.is_some()));
+                }
+                ev if shown(&ev) => events.push(ev),
+                _ => {}
+            }
+        }
+        let mut budget = o.limit_bytes;
+        for ev in tail(events, n) {
+            let ev = limit(ev, &mut budget);
+            r.event(&ev)?;
+            if budget == Some(0) {
+                return Ok(None);
+            }
+        }
+        let Some((cursor, ended)) = end else {
+            return Ok(None);
+        };
+        if !o.follow || ended {
+            return Ok(Some(cursor));
+        }
+        after = Some(cursor);
+    }
+    let mut s = Box::pin(p.logs(LogOptions {
+        follow: o.follow,
+        after,
+        stream: o.stream,
+        limit_bytes: if o.tail.is_some() {
+            None
+        } else {
+            o.limit_bytes
+        },
+    }));
+    let mut last = None;
+    while let Some(ev) = s.next().await {
+        let ev = ev.map_err(|e| flag(e, "--after"))?;
+        if let LogEvent::End { cursor, .. } = &ev {
+            last = Some(cursor.clone());
+            if !o.json {
+                continue;
+            }
+        }
+        if shown(&ev) {
+            r.event(&ev)?;
+        }
+    }
+    Ok(last)
+}
+
+/// Cuts a data event to the bytes left in `budget`.
+fn limit(ev: LogEvent, budget: &mut Option<u64>) -> LogEvent {
+    let Some(b) = budget else {
+        return ev;
+    };
+    match ev {
+        LogEvent::Data {
+            stream,
+            mut data,
+            time_nanos,
+            cursor,
+        } => {
+            if data.len() as u64 >= *b {
+                data.truncate(*b as usize);
+                *b = 0;
+            } else {
+                *b -= data.len() as u64;
+            }
+            LogEvent::Data {
+                stream,
+                data,
+                time_nanos,
+                cursor,
+            }
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn data(s: &str) -> LogEvent {
+        LogEvent::Data {
+            stream: LogStream::Stdout,
+            data: s.as_bytes().to_vec(),
+            time_nanos: 0,
+            cursor: format!("c-{s}"),
+        }
+    }
+
+    fn text(evs: &[LogEvent]) -> String {
+        evs.iter()
+            .map(|e| match e {
+                LogEvent::Data { data, .. } => String::from_utf8_lossy(data).into_owned(),
+                _ => String::new(),
+            })
+            .collect()
+    }
+
     #[test]
-    fn urls() {
-        let o = Options {
-            follow: true,
-            since: Some("c00ff".into()),
-            stream: "stderr".into(),
-            ..Default::default()
-        };
-        assert_eq!(
-            url("ns", "p-1", &o),
-            "/apis/subresources.sandbox.dev/v1alpha1/namespaces/ns/sandboxprocesses/p-1/log?stream=stderr&follow=true&since=c00ff"
-        );
-        assert_eq!(encode("a b/c"), "a%20b%2Fc");
+    fn tail_keeps_the_last_lines() {
+        let evs = || vec![data("a\nb\n"), data("c\nd"), data("e\n")];
+        assert_eq!(text(&tail(evs(), 1)), "de\n");
+        assert_eq!(text(&tail(evs(), 2)), "c\nde\n");
+        assert_eq!(text(&tail(evs(), 3)), "b\nc\nde\n");
+        assert_eq!(text(&tail(evs(), 10)), "a\nb\nc\nde\n");
+        assert_eq!(text(&tail(evs(), 0)), "");
+        // A last line without a newline is a line.
+        assert_eq!(text(&tail(vec![data("x\ny\nz")], 1)), "z");
+        assert_eq!(text(&tail(vec![data("x\ny\nz")], 2)), "y\nz");
     }
 
     #[test]
     fn json_keeps_bytes_that_are_not_utf8() {
         let ev = |bytes: &[u8]| LogEvent::Data {
             stream: LogStream::Stdout,
-            data: base64::engine::general_purpose::STANDARD.encode(bytes),
-            ts_nanos: 0,
+            data: bytes.to_vec(),
+            time_nanos: 0,
             cursor: "c1".into(),
         };
-        let v = json_event(&ev(b"h\xc3\xa9llo\n")).unwrap().unwrap();
+        let v = json_event(&ev(b"h\xc3\xa9llo\n"));
         assert_eq!(v["data"], "h\u{e9}llo\n");
         assert!(v.get("dataBase64").is_none(), "{v}");
         let raw = b"\xff\xfebin\x00";
-        let v = json_event(&ev(raw)).unwrap().unwrap();
+        let v = json_event(&ev(raw));
         assert!(v.get("data").is_none(), "{v}");
         let back = base64::engine::general_purpose::STANDARD
             .decode(v["dataBase64"].as_str().unwrap())
             .unwrap();
         assert_eq!(back, raw, "every byte kept");
         assert_eq!(
-            (v["type"].as_str(), v["cursor"].as_str()),
-            (Some("data"), Some("c1"))
-        );
-    }
-
-    #[test]
-    fn a_byte_limit_is_not_the_end() {
-        let more = Ended {
-            cursor: Some("c9".into()),
-            more: true,
-            ..Default::default()
-        };
-        assert_eq!(next(&more, false), Next::ReadOn);
-        assert_eq!(next(&more, true), Next::ReadOn);
-        let end = Ended {
-            complete: true,
-            ..Default::default()
-        };
-        assert_eq!(next(&end, true), Next::Done);
-        assert_eq!(next(&Ended::default(), false), Next::Done);
-        assert_eq!(
-            next(&Ended::default(), true),
-            Next::Resume,
-            "connection lost"
+            json_event(&LogEvent::Truncated {
+                dropped_bytes: 3,
+                cursor: "c".into()
+            }),
+            serde_json::json!({"type": "truncated", "droppedBytes": 3, "cursor": "c"})
         );
     }
 

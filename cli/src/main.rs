@@ -2,22 +2,28 @@
 //! subresource API (`sandboxprocesses/log` in `subresources.sandbox.dev`) via the API server, so
 //! it works from anywhere a kubeconfig works, under the caller's RBAC.
 //!
+//! Built on `sandbox-client` (the process-handle library): this crate only parses flags and
+//! prints.
+//!
 //! Exit status: `run --wait` exits with the process's exit code (128+signal when killed);
-//! 125 when the process could not run or was lost (phase Error); 1 for any other failure
-//! (API errors, timeouts); 2 for bad usage.
+//! 127 when its executable was not found, 126 when it is not executable (like a shell); 125 when
+//! the process could not run or was lost (phase Error); 1 for any other failure (API errors,
+//! timeouts); 2 for bad usage.
 mod connect;
+mod duration;
 mod error;
+mod jsonpath;
 mod logs;
 mod objects;
-mod signals;
-mod stdin;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use sandbox_client::{LogStream, Sandbox, Start};
 
 use connect::KubeFlags;
-use error::CliError;
+use error::{flag, CliError};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,6 +32,7 @@ use error::CliError;
     version,
     about = "Run and follow processes in pods through SandboxProcess objects",
     after_help = "Exit status of `run --wait`: the process's exit code (128+n when killed by signal n); \
+127 when its executable was not found, 126 when it is not executable; \
 125 when it could not run or was lost (phase Error). Otherwise 0 on success, 1 on failure, 2 on bad usage.\n\
 Flags go after the plugin's name: `kubectl sandbox -n NS ...` (kubectl passes none placed before it)."
 )]
@@ -41,7 +48,7 @@ enum Command {
     /// Create a SandboxProcess running ARGV in POD; with --wait, stream its output and exit
     /// with its exit code.
     Run(RunArgs),
-    /// Print a process's output: replay, follow until exit (-f), resume after a cursor (--since).
+    /// Print a process's output: replay, follow until exit (-f), resume after a cursor (--after).
     Logs(LogsArgs),
     /// Stop a process (its stopSignal, SIGKILL after the grace period), or send one signal; an
     /// ended process is left alone ("already exited (code N)", exit 0).
@@ -54,6 +61,14 @@ enum Command {
     /// Send this terminal's stdin (or a pipe) to a process created with stdin (`run -i`,
     /// spec.stdin), streaming its output; EOF closes its stdin. Exits with its exit code.
     Attach(AttachArgs),
+    /// Print a shell completion script: `source <(kubectl sandbox completion bash)`.
+    Completion(CompletionArgs),
+}
+
+#[derive(Args, Debug)]
+struct CompletionArgs {
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
@@ -68,25 +83,39 @@ struct RunArgs {
     /// Container in the pod (default: the pod's default container).
     #[arg(short = 'c', long)]
     container: Option<String>,
-    /// Name of the SandboxProcess (default: generated from the pod name).
+    /// Name of the SandboxProcess, its id: running again with the same name and arguments is
+    /// the same process, never a second one (default: POD-<random>).
     #[arg(long)]
     name: Option<String>,
     /// Environment variable NAME=VALUE, overlaid on the container's (repeatable).
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
     env: Vec<String>,
+    /// Label KEY=VALUE on the object (repeatable).
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE")]
+    labels: Vec<String>,
     /// Working directory (absolute).
     #[arg(long)]
     workdir: Option<String>,
-    /// Stop the process after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
-    timeout: Option<i64>,
+    /// Stop the process after this long (30s, 5m, 1h; a bare number is seconds).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    timeout: Option<Duration>,
+    /// Delete the object this long after the process ended (spec.ttlSecondsAfterFinished).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    ttl: Option<Duration>,
     /// Stream the output and exit with the process's exit code.
     #[arg(long)]
     wait: bool,
+    /// Delete the object once the process has ended and its output was shown; implies --wait.
+    #[arg(long)]
+    rm: bool,
     /// Keep stdin open to the process and send this command's stdin to it (like `kubectl run
     /// -i`); implies --wait. EOF on our stdin closes the process's.
     #[arg(short = 'i', long)]
     stdin: bool,
+    /// `client`: print the object that would be created (with -o) and create nothing.
+    #[arg(long, value_name = "client|none", value_parser = ["client", "none"], default_value = "none",
+          num_args = 0..=1, default_missing_value = "client", require_equals = true)]
+    dry_run: String,
     /// Print the created object (json|yaml) instead of its name; not with --wait.
     #[arg(short = 'o', long, value_parser = ["json", "yaml"])]
     output: Option<String>,
@@ -101,9 +130,19 @@ struct LogsArgs {
     /// Follow until the process ends.
     #[arg(short = 'f', long)]
     follow: bool,
-    /// Start after this cursor (from `-o json` events): no repeat, no gap.
+    /// Start after this cursor (from `-o json` events, `status.logMatch`): no repeat, no gap.
     #[arg(long, value_name = "CURSOR")]
-    since: Option<String>,
+    after: Option<String>,
+    /// Only output read within this long before now (5s, 2m, 3h), like `kubectl logs --since`.
+    #[arg(long, value_name = "DURATION", value_parser = since_duration)]
+    since: Option<Duration>,
+    /// Only the last N lines of the output there is now (then, with -f, what follows);
+    /// -1: all.
+    #[arg(long, value_name = "N", default_value_t = -1, allow_negative_numbers = true)]
+    tail: i64,
+    /// Stop after this many bytes of output.
+    #[arg(long, value_name = "BYTES")]
+    limit_bytes: Option<u64>,
     #[arg(long, default_value = "both", value_parser = ["stdout", "stderr", "both"])]
     stream: String,
     /// Prefix each line with the time it was read (RFC 3339).
@@ -113,6 +152,17 @@ struct LogsArgs {
     /// or base64 in `dataBase64` when the bytes are not UTF-8.
     #[arg(short = 'o', long, value_parser = ["json"])]
     output: Option<String>,
+}
+
+/// `--since` is a duration, as in kubectl; a cursor there is pointed to `--after`.
+fn since_duration(s: &str) -> Result<Duration, String> {
+    duration::parse(s).map_err(|e| {
+        if s.starts_with('c') || s.contains('+') {
+            format!("{s:?} looks like a cursor: resume after a cursor with --after CURSOR (--since takes a duration, as in kubectl logs)")
+        } else {
+            e
+        }
+    })
 }
 
 #[derive(Args, Debug)]
@@ -133,8 +183,19 @@ struct LsArgs {
     /// Label selector.
     #[arg(short = 'l', long)]
     selector: Option<String>,
-    #[arg(short = 'o', long, value_parser = ["json", "yaml", "name"])]
+    /// wide | json | yaml | name | jsonpath=TEMPLATE (kubectl's template syntax).
+    #[arg(short = 'o', long, value_parser = ls_output)]
     output: Option<String>,
+}
+
+fn ls_output(s: &str) -> Result<String, String> {
+    match s {
+        "wide" | "json" | "yaml" | "name" => Ok(s.into()),
+        t if t.starts_with("jsonpath=") => Ok(t.into()),
+        _ => Err(format!(
+            "{s:?}: one of wide, json, yaml, name, jsonpath=TEMPLATE"
+        )),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -142,9 +203,9 @@ struct WaitArgs {
     name: String,
     #[arg(long = "for", default_value = "exit", value_parser = ["exit", "ready"])]
     for_: String,
-    /// Give up after this many seconds (0: never).
-    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
-    timeout: u64,
+    /// Give up after this long (30s, 5m; a bare number is seconds; 0: never).
+    #[arg(long, default_value = "0", value_name = "DURATION", value_parser = duration::parse)]
+    timeout: Duration,
     #[arg(short = 'o', long, value_parser = ["json", "yaml"])]
     output: Option<String>,
 }
@@ -176,64 +237,100 @@ fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {
+    if let Command::Completion(a) = &cli.command {
+        let mut cmd = Cli::command();
+        clap_complete::generate(a.shell, &mut cmd, "kubectl-sandbox", &mut std::io::stdout());
+        return Ok(0);
+    }
     let (client, namespace) = cli.kube.connect().await?;
-    let ctx = objects::Ctx { client, namespace };
+    let sb = Sandbox::new(client, namespace).with_field_manager("kubectl-sandbox");
     match cli.command {
         Command::Run(a) => {
-            let env = a
-                .env
-                .iter()
-                .map(|kv| objects::parse_env(kv))
-                .collect::<Result<Vec<_>, _>>()?;
-            if (a.wait || a.stdin) && a.output.is_some() {
+            let dry_run = a.dry_run == "client";
+            let wait = a.wait || a.stdin || a.rm;
+            if wait && (a.output.is_some() || dry_run) {
                 return Err(CliError::Usage(
-                    "-o cannot be combined with --wait or -i".into(),
+                    "-o and --dry-run cannot be combined with --wait, --rm or -i".into(),
                 ));
             }
-            let spec = objects::RunSpec {
-                pod: a.pod,
-                container: a.container,
-                name: a.name,
-                env,
-                workdir: a.workdir,
-                timeout: a.timeout,
-                argv: a.argv,
+            let mut start = Start::new(a.pod, a.argv).stdin(a.stdin);
+            if let Some(n) = a.name {
+                start = start.id(n);
+            }
+            if let Some(c) = a.container {
+                start = start.container(c);
+            }
+            if let Some(d) = a.workdir {
+                start = start.cwd(d);
+            }
+            if let Some(t) = a.timeout {
+                start = start.timeout(t);
+            }
+            if let Some(t) = a.ttl {
+                start = start.ttl(t);
+            }
+            for kv in &a.env {
+                let (k, v) = objects::parse_pair(kv, "--env")?;
+                start = start.env(k, v);
+            }
+            for kv in &a.labels {
+                let (k, v) = objects::parse_pair(kv, "--label")?;
+                start = start.label(k, v);
+            }
+            let run = objects::Run {
+                start,
+                wait,
                 stdin: a.stdin,
+                rm: a.rm,
+                output: a.output,
+                dry_run,
             };
-            objects::run(&ctx, spec, a.wait || a.stdin, a.output.as_deref()).await
+            objects::run(&sb, run).await
         }
         Command::Logs(a) => {
+            let stream = match a.stream.as_str() {
+                "stdout" => LogStream::Stdout,
+                "stderr" => LogStream::Stderr,
+                _ => LogStream::Both,
+            };
+            if a.tail < -1 {
+                return Err(CliError::Usage(format!(
+                    "--tail: {} is not -1 or more",
+                    a.tail
+                )));
+            }
+            if a.limit_bytes == Some(0) {
+                return Err(CliError::Usage("--limit-bytes: must be at least 1".into()));
+            }
             let opts = logs::Options {
                 follow: a.follow,
+                after: a.after,
                 since: a.since,
-                stream: a.stream,
+                tail: usize::try_from(a.tail).ok(),
+                limit_bytes: a.limit_bytes,
+                stream,
                 timestamps: a.timestamps,
                 json: a.output.is_some(),
                 split: false,
             };
-            let read = async {
-                if a.follow {
-                    objects::wait_started(&ctx, &a.name).await?;
-                }
-                match logs::print(&ctx.client, &ctx.namespace, &a.name, &opts).await {
-                    Ok(_) => Ok(0),
-                    Err(e) => Err(objects::explain_log_failure(&ctx, &a.name, e).await),
-                }
-            };
-            // `logs` is not `run --wait`: a process that never started is a plain failure (1).
-            read.await.map_err(|e| match e {
-                CliError::Process { name, error } => CliError::NoOutput { name, error },
-                e => e,
-            })
+            logs::print(&sb.process(&a.name), &opts)
+                .await
+                .map(|_| 0)
+                .map_err(CliError::into_no_output)
         }
         Command::Kill(a) => {
-            let signal = a.signal.as_deref().map(signals::parse).transpose()?;
-            objects::kill(&ctx, &a.name, signal, a.output.as_deref()).await?;
+            let signal = a
+                .signal
+                .as_deref()
+                .map(sandbox_client::signal::parse)
+                .transpose()
+                .map_err(|e| flag(e, "--signal"))?;
+            objects::kill(&sb, &a.name, signal, a.output.as_deref()).await?;
             Ok(0)
         }
         Command::Ls(a) => {
             objects::list(
-                &ctx,
+                &sb,
                 a.all_namespaces,
                 a.selector.as_deref(),
                 a.output.as_deref(),
@@ -247,8 +344,10 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
             } else {
                 objects::WaitFor::Exit
             };
-            objects::wait(&ctx, &a.name, what, a.timeout, a.output.as_deref()).await
+            let timeout = (!a.timeout.is_zero()).then_some(a.timeout);
+            objects::wait(&sb, &a.name, what, timeout, a.output.as_deref()).await
         }
-        Command::Attach(a) => objects::attach(&ctx, &a.name).await,
+        Command::Attach(a) => objects::attach(&sb, &a.name).await,
+        Command::Completion(_) => unreachable!("handled above"),
     }
 }

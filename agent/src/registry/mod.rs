@@ -5,6 +5,7 @@
 //! Where each part lives: [`start`](self::start) (one start per exec id, and what it checks
 //! first), [`supervision`](self::supervision) (supervisors watched, lost processes),
 //! [`stop`](self::stop) (signals, stops, forgetting a process).
+mod probe;
 mod start;
 mod stdin;
 mod stop;

@@ -76,7 +76,7 @@ pub struct SandboxProcessStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageStatus>,
     /// The output line that satisfied a `logMatch` readiness, and the log cursor just after it
-    /// (`kubectl sandbox logs --since CURSOR` resumes right after the match).
+    /// (`kubectl sandbox logs --after CURSOR` resumes right after the match).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_match: Option<LogMatchStatus>,
     /// With `spec.stdin`: the bytes stdin has taken (the offset the next write starts at) and

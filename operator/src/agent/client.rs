@@ -312,6 +312,26 @@ impl AgentClient {
         Self::record(resp, url).await
     }
 
+    /// One port check in the process's pod.
+    pub async fn probe(
+        &self,
+        url: &str,
+        id: &str,
+        probe: &sandbox_api::wire::ProbeKind,
+    ) -> Result<sandbox_api::wire::ProbeResult, AgentError> {
+        let r = self
+            .http(url)?
+            .post(format!("{url}/v1/processes/{id}/probe"))
+            // Two dials of at most 1 s each on the agent, and the way there.
+            .timeout(Duration::from_secs(10))
+            .json(probe);
+        let resp = self.send(url, r).await?;
+        resp.json().await.map_err(|e| AgentError::Unreachable {
+            url: url.into(),
+            message: format!("decoding the port check: {e}"),
+        })
+    }
+
     /// Writes `data` at byte `offset` of the process's stdin (then EOF when `close`); stdin's
     /// state after it (`bytes` less than the end: the process has not read the rest yet).
     pub async fn stdin(

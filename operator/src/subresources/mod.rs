@@ -10,6 +10,9 @@
 //!   N + the body's length when the process has not read the rest yet: send it again from B);
 //!   a write not at B is refused (409 `StdinOffsetMismatch`). `GET …/stdin` → the same state,
 //!   where a writer that lost its place resumes. Authorized like `signal`.
+//! - `POST …/sandboxprocesses/NAME/probe` `{"tcpSocket": {"port": N}}` or `{"httpGet": {...}}`
+//!   → `{"ready": R, "message": M}`: one port check from inside the pod's network namespace
+//!   (clients' `waitForPort`). Needs `get` on the object and `create pods/exec` on its pod.
 //!
 //! Users reach it only through the API server (`kubectl get --raw`, `kubectl sandbox logs`), which
 //! authenticates them and checks RBAC on `sandboxprocesses/log` (verb `get`) or
@@ -152,6 +155,10 @@ pub fn router(server: Arc<Server>) -> Router {
             post(signal),
         )
         .route(
+            &format!("{base}/namespaces/{{namespace}}/sandboxprocesses/{{name}}/probe"),
+            post(probe),
+        )
+        .route(
             &format!("{base}/namespaces/{{namespace}}/sandboxprocesses/{{name}}/stdin"),
             post(stdin)
                 .get(stdin_state)
@@ -195,6 +202,8 @@ async fn resource_list() -> Json<serde_json::Value> {
              "kind": "SandboxProcessSignal", "verbs": ["create"]},
             {"name": "sandboxprocesses/stdin", "singularName": "", "namespaced": true,
              "kind": "SandboxProcessStdin", "verbs": ["create", "get"]},
+            {"name": "sandboxprocesses/probe", "singularName": "", "namespaced": true,
+             "kind": "SandboxProcessProbe", "verbs": ["create"]},
         ],
     }))
 }
@@ -240,6 +249,7 @@ async fn authorize_exec(
     user: &UserInfo,
     namespace: &str,
     pod: &str,
+    what: &str,
 ) -> Result<()> {
     let attrs = ResourceAttributes {
         group: Some(String::new()),
@@ -254,7 +264,7 @@ async fn authorize_exec(
         Ok(())
     } else {
         Err(SubresourceError::Forbidden(format!(
-            "pods \"{pod}\" is forbidden: User \"{}\" cannot create resource \"pods/exec\" in the namespace \"{namespace}\": signalling a SandboxProcess needs the same permission as kubectl exec on its pod",
+            "pods \"{pod}\" is forbidden: User \"{}\" cannot create resource \"pods/exec\" in the namespace \"{namespace}\": {what} a SandboxProcess needs the same permission as kubectl exec on its pod",
             user.username
         )))
     }
@@ -465,7 +475,7 @@ async fn signal(
     }
     authorize(&server, &user, "update", &namespace, &name).await?;
     let (url, id, pod) = locate(&server, &namespace, &name).await?;
-    authorize_exec(&server, &user, &namespace, &pod).await?;
+    authorize_exec(&server, &user, &namespace, &pod, "signalling").await?;
     let rec = server
         .agents
         .signal(&url, &id, b.signal)
@@ -473,6 +483,38 @@ async fn signal(
         .map_err(|e| agent_error(e, &name))?;
     info!(%namespace, %name, user = %user.username, signal = b.signal, "signal sent");
     Ok(Json(rec).into_response())
+}
+
+/// One port check inside the process's pod (`{"tcpSocket": {"port": N}}` or `{"httpGet":
+/// {"port": N, "path": "/", "status": {"min": 200, "max": 399}}}`), for clients' `waitForPort`:
+/// the agent dials from the pod's network namespace. Needs `get` on the object and `create
+/// pods/exec` on its pod (dialling inside the pod is what exec could do, not what reading the
+/// object allows).
+async fn probe(
+    State(server): State<Arc<Server>>,
+    Extension(peer): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: std::result::Result<Json<sandbox_api::wire::ProbeKind>, JsonRejection>,
+) -> Result<Json<sandbox_api::wire::ProbeResult>> {
+    let user = caller(&server, &peer, &headers)?;
+    let Json(p) = body.map_err(|e| {
+        SubresourceError::BadRequest(format!(
+            "{} (one of tcpSocket: {{port}}, httpGet: {{port, path, status}})",
+            e.body_text()
+        ))
+    })?;
+    sandbox_api::validate::port_check("probe", &p)
+        .map_err(|v| SubresourceError::BadRequest(v.to_string()))?;
+    authorize(&server, &user, "get", &namespace, &name).await?;
+    let (url, id, pod) = locate(&server, &namespace, &name).await?;
+    authorize_exec(&server, &user, &namespace, &pod, "checking a port of").await?;
+    let r = server
+        .agents
+        .probe(&url, &id, &p)
+        .await
+        .map_err(|e| agent_error(e, &name))?;
+    Ok(Json(r))
 }
 
 #[derive(Debug, Deserialize)]
@@ -527,7 +569,7 @@ async fn stdin(
     let (offset, close) = p.parse()?;
     authorize(&server, &user, "update", &namespace, &name).await?;
     let (url, id, pod) = locate(&server, &namespace, &name).await?;
-    authorize_exec(&server, &user, &namespace, &pod).await?;
+    authorize_exec(&server, &user, &namespace, &pod, "writing the stdin of").await?;
     let state = server
         .agents
         .stdin(&url, &id, offset, body, close)

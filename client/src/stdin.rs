@@ -1,49 +1,39 @@
 //! Writing a process's stdin through `sandboxprocesses/stdin`: each write names the byte offset
 //! it starts at, the subresource answers with how much stdin has taken, so a write lost with its
-//! connection is sent again without duplicating a byte (the operator's agent acknowledges a
-//! repeat without writing it twice). Plain requests rather than an upgraded stream: they pass
-//! the API server's aggregation proxy like any other call, need no session, and resume anywhere.
+//! connection is sent again without duplicating a byte (the agent acknowledges a repeat without
+//! writing it twice). Plain requests rather than an upgraded stream: they pass the API server's
+//! aggregation proxy like any other call, need no session, and resume on any operator replica.
 use std::time::Duration;
 
 use kube::Client;
 use sandbox_api::wire::StdinState;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::error::CliError;
-use crate::logs::PATH_PREFIX;
+use crate::error::{Error, Result};
 
 /// Bytes per write: big enough for throughput, small enough to be quick to repeat.
 const CHUNK: usize = 256 << 10;
 /// Transient failures (an operator rollout, a lost connection) retried per write.
 const RETRIES: u32 = 20;
 
-fn url(namespace: &str, name: &str) -> String {
-    format!("{PATH_PREFIX}/namespaces/{namespace}/sandboxprocesses/{name}/stdin")
-}
-
-/// Where stdin is (the offset the next write starts at; closed or not).
-pub async fn state(client: &Client, namespace: &str, name: &str) -> Result<StdinState, CliError> {
-    let req = http::Request::get(url(namespace, name))
+pub(crate) async fn state(client: &Client, url: &str) -> Result<StdinState> {
+    let req = http::Request::get(url)
         .body(Vec::new())
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+        .map_err(|e| Error::invalid("name", e.to_string()))?;
     Ok(client.request(req).await?)
 }
 
 async fn write(
     client: &Client,
-    namespace: &str,
-    name: &str,
+    url: &str,
     offset: u64,
     data: &[u8],
     close: bool,
 ) -> Result<StdinState, kube::Error> {
-    let req = http::Request::post(format!(
-        "{}?offset={offset}&close={close}",
-        url(namespace, name)
-    ))
-    .header("content-type", "application/octet-stream")
-    .body(data.to_vec())
-    .expect("static request parts");
+    let req = http::Request::post(format!("{url}?offset={offset}&close={close}"))
+        .header("content-type", "application/octet-stream")
+        .body(data.to_vec())
+        .expect("static request parts");
     client.request(req).await
 }
 
@@ -58,21 +48,21 @@ fn transient(e: &kube::Error) -> bool {
 
 /// Sends `data`, which starts at byte `offset` of the process's input, until stdin has taken
 /// all of it (then EOF when `close`); the end offset.
-pub async fn send(
+pub(crate) async fn send(
     client: &Client,
-    namespace: &str,
+    url: &str,
     name: &str,
     mut offset: u64,
     data: &[u8],
     close: bool,
-) -> Result<u64, CliError> {
+) -> Result<u64> {
     let start = offset;
     let end = start + data.len() as u64;
     let (mut failures, mut idle) = (0u32, Duration::from_millis(5));
     loop {
         let rest = &data[(offset - start) as usize..];
-        match write(client, namespace, name, offset, rest, close).await {
-            Ok(s) if s.bytes >= end => return Ok(s.bytes),
+        match write(client, url, offset, rest, close).await {
+            Ok(s) if s.bytes >= end && (!close || s.closed) => return Ok(s.bytes),
             Ok(s) if s.bytes > offset => {
                 offset = s.bytes;
                 idle = Duration::from_millis(5);
@@ -86,15 +76,19 @@ pub async fn send(
                 if s.code == 409 && s.message.contains("StdinOffsetMismatch") =>
             {
                 // Our view of the offset is behind what was taken (a reply lost): ask.
-                let now = state(client, namespace, name).await?;
+                let now = state(client, url).await?;
                 if now.bytes < start || now.bytes > end {
-                    return Err(CliError::Api(format!(
-                        "stdin of sandboxprocess {name} is at byte {}, outside this write ({start}..{end}): another writer?",
-                        now.bytes
-                    )));
+                    return Err(Error::Api {
+                        code: 409,
+                        reason: "Conflict".into(),
+                        message: format!(
+                            "StdinOffsetMismatch: stdin of sandboxprocess {name} is at byte {}, outside this write ({start}..{end}): another writer?",
+                            now.bytes
+                        ),
+                    });
                 }
                 offset = now.bytes;
-                if offset == end && !close {
+                if offset == end && (!close || now.closed) {
                     return Ok(end);
                 }
             }
@@ -109,26 +103,30 @@ pub async fn send(
 
 /// Copies `input` to the process's stdin from where it is now, in order, exactly once, and
 /// closes it at the end of `input`; the bytes sent.
-pub async fn pump(
+pub(crate) async fn pump(
     client: &Client,
-    namespace: &str,
+    url: &str,
     name: &str,
     mut input: impl AsyncRead + Unpin,
-) -> Result<u64, CliError> {
-    let begin = state(client, namespace, name).await?;
+) -> Result<u64> {
+    let begin = state(client, url).await?;
     if begin.closed {
-        return Err(CliError::Api(format!(
-            "stdin of sandboxprocess {name} is closed"
-        )));
+        return Err(Error::Api {
+            code: 409,
+            reason: "Conflict".into(),
+            message: format!("StdinUnavailable: stdin of sandboxprocess {name} is closed"),
+        });
     }
     let mut offset = begin.bytes;
     let mut buf = vec![0u8; CHUNK];
     loop {
-        let n = input.read(&mut buf).await?;
+        let n = input.read(&mut buf).await.map_err(|e| {
+            Error::Transport(format!("reading the input for sandboxprocess {name}: {e}"))
+        })?;
         if n == 0 {
-            send(client, namespace, name, offset, &[], true).await?;
+            send(client, url, name, offset, &[], true).await?;
             return Ok(offset - begin.bytes);
         }
-        offset = send(client, namespace, name, offset, &buf[..n], false).await?;
+        offset = send(client, url, name, offset, &buf[..n], false).await?;
     }
 }

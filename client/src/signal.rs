@@ -1,5 +1,5 @@
 //! Signal names and numbers as `kill -s` takes them.
-use crate::error::CliError;
+use crate::error::{Error, Result};
 
 const NAMES: &[(&str, i32)] = &[
     ("HUP", 1),
@@ -65,12 +65,13 @@ fn realtime(name: &str) -> Option<i32> {
     (RTMIN..=RTMAX).contains(&sig).then_some(sig)
 }
 
-/// `9`, `KILL`, `SIGKILL`, `sigkill` → 9.
-pub fn parse(s: &str) -> Result<i32, CliError> {
+/// `9`, `KILL`, `SIGKILL`, `sigkill`, `RTMIN+6` → the signal number (1–64).
+pub fn parse(s: &str) -> Result<i32> {
     let bad = || {
-        CliError::Usage(format!(
-            "--signal: {s:?} is not a signal number (1-64) or name (e.g. TERM, KILL, USR1)"
-        ))
+        Error::invalid(
+            "signal",
+            format!("{s:?} is not a signal number (1-64) or name (e.g. TERM, KILL, USR1)"),
+        )
     };
     if let Ok(n) = s.parse::<i32>() {
         return if (1..=64).contains(&n) {
@@ -113,7 +114,7 @@ mod tests {
             "0", "65", "-1", "SIGFOO", "", "RTMIN+31", "RTMAX-31", "RTMIN-1", "RTMIN+x",
         ] {
             let e = parse(bad).unwrap_err().to_string();
-            assert!(e.starts_with("--signal"), "{bad}: {e}");
+            assert!(e.starts_with("signal:"), "{bad}: {e}");
         }
     }
 }

@@ -1,0 +1,109 @@
+//! One port check inside a running process's pod, asked for after the start
+//! (`wait_for_port`): dialled from a thread that joined the container's network namespace, like
+//! the readiness probes, so a server bound to 127.0.0.1 in the pod counts.
+use std::fs::File;
+
+use nix::sched::{setns, CloneFlags};
+use sandbox_api::wire::{Phase, ProbeKind, ProbeResult};
+use tokio::sync::Semaphore;
+
+use super::Registry;
+use crate::error::AgentError;
+use crate::exec_id::ExecId;
+use crate::procfs;
+use crate::readiness;
+use crate::record;
+use crate::runtime::LaunchSpec;
+
+/// Checks running at once on this agent: each holds a thread for up to two dial timeouts, and
+/// any caller may ask, so the count is bounded (beyond it: 429, try again).
+static CHECKS: Semaphore = Semaphore::const_new(16);
+
+impl Registry {
+    pub async fn probe(&self, id: &str, probe: ProbeKind) -> Result<ProbeResult, AgentError> {
+        sandbox_api::validate::port_check("probe", &probe)?;
+        let rec = self.get(id)?;
+        if rec.phase != Phase::Running {
+            return Ok(ProbeResult {
+                ready: false,
+                message: format!("the process is {:?}, not running", rec.phase),
+            });
+        }
+        let id = ExecId::parse(id)?;
+        let launch: LaunchSpec = record::read_json(&self.cfg.layout.launch(&id))
+            .map_err(AgentError::io("reading launch spec"))?;
+        let _permit = CHECKS.try_acquire().map_err(|_| {
+            AgentError::TooManyRequests("too many port checks at once on this node".into())
+        })?;
+        let (pid, start) = (launch.container_pid, launch.container_start);
+        let ns = match File::open(format!("/proc/{pid}/ns/net")) {
+            Ok(f) => f,
+            Err(e) => {
+                return Ok(ProbeResult {
+                    ready: false,
+                    message: format!("the container's network namespace: {e}"),
+                })
+            }
+        };
+        // Opened, then checked: the namespace is the container's only if its init (same pid,
+        // same start time) still ran after the open — never a reused pid's.
+        if !procfs::alive(pid, start) {
+            return Ok(ProbeResult {
+                ready: false,
+                message: "the container has ended".into(),
+            });
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("port-check".into())
+            .stack_size(128 * 1024)
+            .spawn(move || {
+                // This thread alone changes namespace, and ends after the check.
+                let r = match setns(&ns, CloneFlags::CLONE_NEWNET) {
+                    Err(e) => ProbeResult {
+                        ready: false,
+                        message: format!("joining the pod's network namespace: {e}"),
+                    },
+                    Ok(()) => check(&probe),
+                };
+                let _ = tx.send(r);
+            })
+            .map_err(AgentError::io("starting a port check"))?;
+        rx.await
+            .map_err(|_| AgentError::Internal("port check thread ended without a result".into()))
+    }
+}
+
+fn check(probe: &ProbeKind) -> ProbeResult {
+    match probe {
+        ProbeKind::TcpSocket { port } => {
+            let ready = readiness::tcp_probe(*port);
+            ProbeResult {
+                ready,
+                message: if ready {
+                    String::new()
+                } else {
+                    format!("nothing accepted a connection on port {port}")
+                },
+            }
+        }
+        ProbeKind::HttpGet { port, path, status } => match readiness::http_status(*port, path) {
+            Some(code) if code >= status.min && code <= status.max => ProbeResult {
+                ready: true,
+                message: format!("HTTP {code}"),
+            },
+            Some(code) => ProbeResult {
+                ready: false,
+                message: format!("HTTP {code}, not {}-{}", status.min, status.max),
+            },
+            None => ProbeResult {
+                ready: false,
+                message: format!("no HTTP answer on port {port}"),
+            },
+        },
+        ProbeKind::LogMatch { .. } => ProbeResult {
+            ready: false,
+            message: "not a port check".into(),
+        },
+    }
+}

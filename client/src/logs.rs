@@ -1,0 +1,555 @@
+//! A process's output through `sandboxprocesses/log` (group `subresources.sandbox.dev`): events
+//! with cursors, resumed by cursor after a cut connection, read on after a byte limit.
+//!
+//! Cursors are opaque. Most are the agent's (just after an event); one that points inside an
+//! event (after a [`crate::Process::wait_for_log`] match that was followed by more bytes in the
+//! same read, or a [`LogOptions::limit_bytes`] cut) is the event's start cursor and a byte count,
+//! `<cursor>+<n>`: the library reads from the start cursor and drops those `n` bytes, so a read
+//! after any cursor it returned neither repeats nor skips a byte.
+use std::pin::Pin;
+use std::time::Duration;
+
+use base64::Engine;
+use futures::io::{AsyncBufRead, AsyncBufReadExt, Lines};
+use futures::TryStreamExt;
+use kube::Client;
+use sandbox_api::wire::{self, ProcessRecord};
+
+use crate::error::{Error, Result};
+
+/// Path of the subresource API's group version.
+pub const PATH_PREFIX: &str = "/apis/subresources.sandbox.dev/v1alpha1";
+
+/// Which output: `Stdout`, `Stderr` or `Both`.
+pub use sandbox_api::wire::LogStream;
+
+/// How to read output.
+#[derive(Clone, Debug, Default)]
+pub struct LogOptions {
+    /// Keep reading until the process ends (and its output is drained).
+    pub follow: bool,
+    /// Start after this cursor (from an event, [`crate::LogMatch`], or `status.logMatch`):
+    /// no repeat, no gap. `None`: from the oldest retained byte.
+    pub after: Option<String>,
+    /// Which output (default both, in the order it was written).
+    pub stream: LogStream,
+    /// Stop after this many bytes of output (the last event is cut; its cursor points just
+    /// after the last byte delivered).
+    pub limit_bytes: Option<u64>,
+}
+
+/// One event of a process's output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogEvent {
+    /// Output bytes of one stream, in the order written.
+    Data {
+        stream: LogStream,
+        data: Vec<u8>,
+        /// Unix time in nanoseconds when the node read the bytes.
+        time_nanos: u64,
+        /// Resume here to read what comes after these bytes.
+        cursor: String,
+    },
+    /// Output dropped by the node's retention cap before it was read.
+    Truncated { dropped_bytes: u64, cursor: String },
+    /// The end of this read. `record` is set when the process has ended and all its output was
+    /// read; without it (a read without follow, or a byte limit) more may come.
+    End {
+        cursor: String,
+        record: Option<Box<ProcessRecord>>,
+    },
+}
+
+/// A position: the agent's cursor (`None`: the beginning) and bytes to drop after it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    pub agent: Option<String>,
+    pub skip: u64,
+}
+
+impl Cursor {
+    pub fn parse(s: &str) -> Result<Cursor> {
+        if let Some((agent, n)) = s.rsplit_once('+') {
+            if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) {
+                let skip = n
+                    .parse()
+                    .map_err(|_| Error::invalid("after", format!("{s:?} is not a cursor")))?;
+                return Ok(Cursor {
+                    agent: (!agent.is_empty()).then(|| agent.to_string()),
+                    skip,
+                });
+            }
+        }
+        if s.is_empty() {
+            return Err(Error::invalid("after", "empty cursor"));
+        }
+        Ok(Cursor {
+            agent: Some(s.to_string()),
+            skip: 0,
+        })
+    }
+
+    pub fn render(&self) -> String {
+        match (&self.agent, self.skip) {
+            (Some(a), 0) => a.clone(),
+            (a, n) => format!("{}+{n}", a.as_deref().unwrap_or("")),
+        }
+    }
+
+    /// `n` bytes further into the event that starts here.
+    pub fn plus(&self, n: u64) -> Cursor {
+        Cursor {
+            agent: self.agent.clone(),
+            skip: self.skip + n,
+        }
+    }
+}
+
+/// An event as the reader sees it, with the position before it (for cursors inside it).
+#[derive(Debug)]
+pub(crate) enum Read {
+    Data {
+        stream: LogStream,
+        data: Vec<u8>,
+        time_nanos: u64,
+        /// Just before `data[0]`.
+        start: Cursor,
+        cursor: String,
+    },
+    Truncated {
+        dropped_bytes: u64,
+        cursor: String,
+    },
+    End {
+        cursor: Cursor,
+        record: Option<Box<ProcessRecord>>,
+    },
+}
+
+type EventLines = Lines<Pin<Box<dyn AsyncBufRead + Send>>>;
+
+/// Reads one process's output across connections.
+pub(crate) struct Reader {
+    client: Client,
+    namespace: String,
+    name: String,
+    follow: bool,
+    stream: LogStream,
+    /// Where the next event starts.
+    pos: Cursor,
+    /// Output bytes still to deliver (`limit_bytes`).
+    budget: Option<u64>,
+    lines: Option<EventLines>,
+    /// This connection filters nothing: we do (a skip must land on the first event after the
+    /// position, whatever its stream).
+    filter_here: bool,
+    broken: u32,
+    unavailable: u32,
+    done: bool,
+}
+
+impl Reader {
+    pub fn new(client: Client, namespace: &str, name: &str, o: &LogOptions) -> Result<Reader> {
+        let pos = match &o.after {
+            Some(c) => Cursor::parse(c)?,
+            None => Cursor::default(),
+        };
+        if o.limit_bytes == Some(0) {
+            return Err(Error::invalid("limit_bytes", "must be at least 1"));
+        }
+        Ok(Reader {
+            client,
+            namespace: namespace.into(),
+            name: name.into(),
+            follow: o.follow,
+            stream: o.stream,
+            pos,
+            budget: o.limit_bytes,
+            lines: None,
+            filter_here: false,
+            broken: 0,
+            unavailable: 0,
+            done: false,
+        })
+    }
+
+    fn url(&self) -> String {
+        let server_stream = if self.filter_here {
+            LogStream::Both
+        } else {
+            self.stream
+        };
+        let mut q = vec![format!("stream={}", stream_name(server_stream))];
+        if self.follow {
+            q.push("follow=true".into());
+        }
+        if let Some(c) = &self.pos.agent {
+            q.push(format!("since={}", encode(c)));
+        }
+        if let Some(b) = self.budget {
+            // At least the bytes to drop plus one: the server always sends one whole event.
+            q.push(format!(
+                "maxBytes={}",
+                b.saturating_add(self.pos.skip).max(1)
+            ));
+        }
+        format!(
+            "{PATH_PREFIX}/namespaces/{}/sandboxprocesses/{}/log?{}",
+            encode(&self.namespace),
+            encode(&self.name),
+            q.join("&")
+        )
+    }
+
+    async fn connect(&mut self) -> Result<()> {
+        self.filter_here = self.pos.skip > 0 && self.stream != LogStream::Both;
+        let req = http::Request::get(self.url())
+            .body(Vec::new())
+            .map_err(|e| Error::invalid("name", e.to_string()))?;
+        let body = self.client.request_stream(req).await?;
+        let boxed: Pin<Box<dyn AsyncBufRead + Send>> = Box::pin(body);
+        self.lines = Some(boxed.lines());
+        Ok(())
+    }
+
+    /// The next event; `None` after the end.
+    pub async fn next(&mut self) -> Result<Option<Read>> {
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            if self.lines.is_none() {
+                match self.connect().await {
+                    Ok(()) => {}
+                    // A follow outlives a moment without an agent (it restarts, a rollout): the
+                    // subresource says 503 then; a plain read fails at once, like kubectl logs.
+                    Err(Error::Api { code: 503, .. }) if self.follow && self.unavailable < 60 => {
+                        self.unavailable += 1;
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let line = match self.lines.as_mut().expect("connected").try_next().await {
+                Ok(Some(l)) => l,
+                Ok(None) => {
+                    // Cut without an End: resume a follow from the last cursor.
+                    self.lines = None;
+                    if self.follow && self.broken < 5 {
+                        self.broken += 1;
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                    return Err(Error::StreamBroken {
+                        name: self.name.clone(),
+                        message: "the connection ended before the end of the output".into(),
+                    });
+                }
+                Err(e) => {
+                    self.lines = None;
+                    if self.follow && self.broken < 5 {
+                        self.broken += 1;
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                    return Err(Error::StreamBroken {
+                        name: self.name.clone(),
+                        message: e.to_string(),
+                    });
+                }
+            };
+            if line.is_empty() {
+                continue;
+            }
+            let ev: wire::LogEvent = serde_json::from_str(&line)
+                .map_err(|e| Error::Transport(format!("bad log event {:?}: {e}", clip(&line))))?;
+            if let Some(r) = self.take(ev)? {
+                return Ok(Some(r));
+            }
+        }
+    }
+
+    /// Applies one wire event to the position; what to hand out, if anything.
+    fn take(&mut self, ev: wire::LogEvent) -> Result<Option<Read>> {
+        match ev {
+            wire::LogEvent::Data {
+                stream,
+                data,
+                ts_nanos,
+                cursor,
+            } => {
+                let mut bytes = base64::engine::general_purpose::STANDARD
+                    .decode(&data)
+                    .map_err(|e| Error::Transport(format!("bad data in the log stream: {e}")))?;
+                // Just before the first byte handed out (the skip included).
+                let start = self.pos.clone();
+                let skip = usize::try_from(self.pos.skip).unwrap_or(usize::MAX);
+                if skip > 0 {
+                    if skip > bytes.len() {
+                        return Err(Error::invalid(
+                            "after",
+                            format!("{} points past its event", self.pos.render()),
+                        ));
+                    }
+                    bytes.drain(..skip);
+                }
+                let next = Cursor {
+                    agent: Some(cursor.clone()),
+                    skip: 0,
+                };
+                let wanted = self.stream == LogStream::Both || self.stream == stream;
+                if !wanted || bytes.is_empty() {
+                    self.pos = next;
+                    return Ok(None);
+                }
+                let mut cursor = cursor;
+                if let Some(b) = self.budget {
+                    if (bytes.len() as u64) >= b {
+                        let cut = b as usize;
+                        let after = start.plus(cut as u64);
+                        if cut < bytes.len() {
+                            bytes.truncate(cut);
+                            cursor = after.render();
+                            self.pos = after;
+                        } else {
+                            self.pos = next;
+                        }
+                        self.budget = Some(0);
+                        self.done_after_limit();
+                        return Ok(Some(Read::Data {
+                            stream,
+                            data: bytes,
+                            time_nanos: ts_nanos,
+                            start,
+                            cursor,
+                        }));
+                    }
+                    self.budget = Some(b - bytes.len() as u64);
+                }
+                self.pos = next;
+                Ok(Some(Read::Data {
+                    stream,
+                    data: bytes,
+                    time_nanos: ts_nanos,
+                    start,
+                    cursor,
+                }))
+            }
+            wire::LogEvent::Truncated {
+                dropped_bytes,
+                cursor,
+            } => {
+                self.pos = Cursor {
+                    agent: Some(cursor.clone()),
+                    skip: 0,
+                };
+                Ok(Some(Read::Truncated {
+                    dropped_bytes,
+                    cursor,
+                }))
+            }
+            wire::LogEvent::More { cursor } => {
+                // A byte limit of this connection: read on at once from its cursor.
+                self.pos = Cursor {
+                    agent: Some(cursor),
+                    skip: 0,
+                };
+                self.lines = None;
+                Ok(None)
+            }
+            wire::LogEvent::End { cursor, record } => {
+                self.pos = Cursor {
+                    agent: Some(cursor),
+                    skip: 0,
+                };
+                self.lines = None;
+                self.done = true;
+                Ok(Some(Read::End {
+                    cursor: self.pos.clone(),
+                    record,
+                }))
+            }
+        }
+    }
+
+    /// After the byte limit: one more `End` (without a record), then nothing.
+    fn done_after_limit(&mut self) {
+        self.lines = None;
+        self.follow = false;
+    }
+
+    /// Whether the byte limit was reached (the next call ends the read).
+    pub fn limit_reached(&self) -> bool {
+        self.budget == Some(0)
+    }
+
+    /// The position after everything handed out so far.
+    pub fn position(&self) -> String {
+        self.pos.render()
+    }
+}
+
+/// Public events over a [`Reader`]; ends with one `End`.
+pub(crate) async fn next_public(r: &mut Reader) -> Result<Option<LogEvent>> {
+    if r.limit_reached() && !r.done {
+        r.done = true;
+        return Ok(Some(LogEvent::End {
+            cursor: r.position(),
+            record: None,
+        }));
+    }
+    Ok(r.next().await?.map(|ev| match ev {
+        Read::Data {
+            stream,
+            data,
+            time_nanos,
+            cursor,
+            ..
+        } => LogEvent::Data {
+            stream,
+            data,
+            time_nanos,
+            cursor,
+        },
+        Read::Truncated {
+            dropped_bytes,
+            cursor,
+        } => LogEvent::Truncated {
+            dropped_bytes,
+            cursor,
+        },
+        Read::End { cursor, record } => LogEvent::End {
+            cursor: cursor.render(),
+            record,
+        },
+    }))
+}
+
+pub(crate) fn stream_name(s: LogStream) -> &'static str {
+    match s {
+        LogStream::Stdout => "stdout",
+        LogStream::Stderr => "stderr",
+        LogStream::Both => "both",
+    }
+}
+
+fn clip(s: &str) -> &str {
+    match s.char_indices().nth(120) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Percent-encodes everything outside the URL-safe set.
+pub(crate) fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Complete lines of one stream's output, as `logMatch` readiness sees them: a line counts once
+/// its newline arrives (or, for a last line without one, at the end of the output).
+#[derive(Default)]
+pub(crate) struct Lines2 {
+    partial: [Vec<u8>; 2],
+}
+
+/// Most bytes of one line kept for matching (longer lines are matched on their first bytes).
+const MAX_LINE: usize = 64 << 10;
+
+impl Lines2 {
+    /// Feeds one event's bytes; calls `f(line, end)` for each complete line, `end` being the
+    /// offset in `data` just after its newline. Stops at the first `true`.
+    pub fn feed(
+        &mut self,
+        stream: LogStream,
+        data: &[u8],
+        mut f: impl FnMut(&[u8]) -> bool,
+    ) -> Option<usize> {
+        let buf = &mut self.partial[usize::from(stream == LogStream::Stderr)];
+        let mut from = 0;
+        for (i, b) in data.iter().enumerate() {
+            if *b != b'\n' {
+                continue;
+            }
+            let room = MAX_LINE.saturating_sub(buf.len());
+            buf.extend_from_slice(&data[from..i][..room.min(i - from)]);
+            let line = std::mem::take(buf);
+            let line = line.strip_suffix(b"\r").unwrap_or(&line);
+            if f(line) {
+                return Some(i + 1);
+            }
+            from = i + 1;
+        }
+        let room = MAX_LINE.saturating_sub(buf.len());
+        let rest = &data[from..];
+        buf.extend_from_slice(&rest[..room.min(rest.len())]);
+        None
+    }
+
+    /// The output ended: the last lines without a newline are complete.
+    pub fn finish(&mut self, mut f: impl FnMut(LogStream, &[u8]) -> bool) -> bool {
+        for (i, s) in [LogStream::Stdout, LogStream::Stderr]
+            .into_iter()
+            .enumerate()
+        {
+            let line = std::mem::take(&mut self.partial[i]);
+            if !line.is_empty() && f(s, &line) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip() {
+        for s in ["c1f.10.abcdef012345", "c1f.10.abcdef012345+7", "+3"] {
+            assert_eq!(Cursor::parse(s).unwrap().render(), s);
+        }
+        assert_eq!(Cursor::parse("+3").unwrap().agent, None);
+        assert_eq!(
+            Cursor::parse("c1.2.x+0").unwrap().render(),
+            "c1.2.x",
+            "no skip"
+        );
+        assert!(Cursor::parse("").is_err());
+        // Not a skip: left to the server to refuse.
+        assert_eq!(
+            Cursor::parse("abc+").unwrap().agent.as_deref(),
+            Some("abc+")
+        );
+    }
+
+    #[test]
+    fn lines_split_at_newlines_only() {
+        let mut l = Lines2::default();
+        let mut seen = vec![];
+        assert_eq!(
+            l.feed(LogStream::Stdout, b"par", |x| {
+                seen.push(x.to_vec());
+                false
+            }),
+            None
+        );
+        assert!(seen.is_empty(), "a partial line is not matched");
+        let hit = l.feed(LogStream::Stdout, b"tial\r\nnext\nrest", |x| x == b"next");
+        assert_eq!(hit, Some(11), "just after the matched line's newline");
+        // Streams are kept apart.
+        let mut l = Lines2::default();
+        l.feed(LogStream::Stdout, b"ab", |_| false);
+        assert_eq!(l.feed(LogStream::Stderr, b"cd\n", |x| x == b"cd"), Some(3));
+        assert!(l.finish(|s, x| s == LogStream::Stdout && x == b"ab"));
+    }
+}

@@ -1,0 +1,265 @@
+//! What to start: a builder over the SandboxProcess spec, applied with server-side apply.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sandbox_api::crd::{EnvVar, ReadinessSpec, API_VERSION, KIND};
+use serde_json::{json, Value};
+
+use crate::error::{Error, Result};
+
+/// A process to start: `argv` in a pod's container, as `kubectl exec` would run it.
+///
+/// Only what is set here is sent (server-side apply owns exactly these fields), so starting
+/// again with the same id and the same options is a no-op that returns the same process.
+#[derive(Clone, Debug, Default)]
+pub struct Start {
+    pub(crate) pod: String,
+    pub(crate) argv: Vec<String>,
+    pub(crate) id: Option<String>,
+    pub(crate) container: Option<String>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) env: Vec<EnvVar>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) stdin: bool,
+    pub(crate) readiness: Option<ReadinessSpec>,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) stop_signal: Option<i32>,
+    pub(crate) grace: Option<Duration>,
+    pub(crate) labels: BTreeMap<String, String>,
+}
+
+impl Start {
+    /// `argv` (no shell; `argv[0]` is the executable) in pod `pod` of the client's namespace.
+    pub fn new<S: Into<String>>(pod: impl Into<String>, argv: impl IntoIterator<Item = S>) -> Self {
+        Start {
+            pod: pod.into(),
+            argv: argv.into_iter().map(Into::into).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The object's name, chosen by the caller: starting again with the same id (a retry after
+    /// a lost reply, another client) gives the same process, never a second one. Without it, a
+    /// name `<pod>-<random>` is chosen once per call.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Container of the pod (default: the pod's default container).
+    pub fn container(mut self, c: impl Into<String>) -> Self {
+        self.container = Some(c.into());
+        self
+    }
+
+    /// Working directory (absolute).
+    pub fn cwd(mut self, dir: impl Into<String>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// One environment variable, overlaid on the container's.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push(EnvVar {
+            name: name.into(),
+            value: value.into(),
+            value_from: None,
+        });
+        self
+    }
+
+    /// Stop the process this long after it started (`endReason: TimedOut`); whole seconds,
+    /// rounded up.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+
+    /// Keep a pipe open to the process's stdin ([`crate::Process::send_stdin`]).
+    pub fn stdin(mut self, on: bool) -> Self {
+        self.stdin = on;
+        self
+    }
+
+    /// Readiness declared in the spec (the operator probes it; `Ready` condition).
+    pub fn readiness(mut self, r: ReadinessSpec) -> Self {
+        self.readiness = Some(r);
+        self
+    }
+
+    /// Delete the object this long after the process ended.
+    pub fn ttl(mut self, d: Duration) -> Self {
+        self.ttl = Some(d);
+        self
+    }
+
+    /// Signal sent on stop and timeout (default 15).
+    pub fn stop_signal(mut self, sig: i32) -> Self {
+        self.stop_signal = Some(sig);
+        self
+    }
+
+    /// Time between the stop signal and SIGKILL (default 5 s); whole seconds, rounded up.
+    pub fn grace_period(mut self, d: Duration) -> Self {
+        self.grace = Some(d);
+        self
+    }
+
+    /// A label on the object (for [`crate::Sandbox::list`] selectors).
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// The object's name: the id, or a fresh `<pod>-<5 random characters>` each call (like
+    /// `generateName`; [`crate::Sandbox::start`] picks one and keeps it for its retries).
+    pub fn name(&self) -> Result<String> {
+        if let Some(id) = &self.id {
+            return Ok(id.clone());
+        }
+        // Pod names may be 253 characters; object names too: keep room for the suffix.
+        let base: String = self.pod.chars().take(240).collect();
+        Ok(format!(
+            "{}-{}",
+            base.trim_end_matches(['-', '.']),
+            suffix()?
+        ))
+    }
+
+    /// The object to apply (what `--dry-run=client` shows): the fields set here and nothing
+    /// else. Bad values are [`Error::InvalidArgument`] naming the option.
+    pub fn manifest(&self, namespace: &str, name: &str) -> Result<Value> {
+        if self.pod.is_empty() {
+            return Err(Error::invalid("pod", "must not be empty"));
+        }
+        if self.argv.is_empty() || self.argv[0].is_empty() {
+            return Err(Error::invalid(
+                "argv",
+                "needs at least the executable (argv[0], not empty)",
+            ));
+        }
+        let mut spec = json!({"podName": self.pod, "command": self.argv});
+        if let Some(c) = &self.container {
+            spec["container"] = c.clone().into();
+        }
+        if let Some(d) = &self.cwd {
+            spec["workingDir"] = d.clone().into();
+        }
+        if !self.env.is_empty() {
+            spec["env"] = serde_json::to_value(&self.env).expect("env serializes");
+        }
+        if let Some(t) = self.timeout {
+            spec["timeoutSeconds"] = seconds("timeout", t, 1)?.into();
+        }
+        if self.stdin {
+            spec["stdin"] = true.into();
+        }
+        if let Some(r) = &self.readiness {
+            spec["readiness"] = serde_json::to_value(r).expect("readiness serializes");
+        }
+        if let Some(t) = self.ttl {
+            spec["ttlSecondsAfterFinished"] = seconds("ttl", t, 0)?.into();
+        }
+        if let Some(s) = self.stop_signal {
+            if !(1..=64).contains(&s) {
+                return Err(Error::invalid("stop_signal", format!("{s} is not 1-64")));
+            }
+            spec["stopSignal"] = s.into();
+        }
+        if let Some(g) = self.grace {
+            spec["terminationGracePeriodSeconds"] = seconds("grace_period", g, 0)?.into();
+        }
+        let mut meta = json!({"name": name, "namespace": namespace});
+        if !self.labels.is_empty() {
+            meta["labels"] = serde_json::to_value(&self.labels).expect("labels serialize");
+        }
+        Ok(json!({"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}))
+    }
+}
+
+/// Whole seconds, rounded up, at least `min`, within the API's range.
+fn seconds(field: &str, d: Duration, min: u64) -> Result<i64> {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    if s < min || s > i32::MAX as u64 {
+        return Err(Error::invalid(
+            field,
+            format!("{d:?} is outside {min}s..{}s", i32::MAX),
+        ));
+    }
+    Ok(s as i64)
+}
+
+/// Five characters as `generateName` makes them (no vowels, no look-alikes).
+fn suffix() -> Result<String> {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut raw = [0u8; 5];
+    getrandom::fill(&mut raw).map_err(|e| Error::Transport(format!("random name: {e}")))?;
+    Ok(raw
+        .iter()
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_was_set_is_applied() {
+        let s = Start::new("web", ["sh", "-c", "echo hi"]);
+        let m = s.manifest("ns", "p1").unwrap();
+        assert_eq!(
+            m,
+            json!({"apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
+                "metadata": {"name": "p1", "namespace": "ns"},
+                "spec": {"podName": "web", "command": ["sh", "-c", "echo hi"]}})
+        );
+        let s = Start::new("web", ["x"])
+            .container("c")
+            .cwd("/tmp")
+            .env("A", "b=c")
+            .timeout(Duration::from_millis(1500))
+            .stdin(true)
+            .ttl(Duration::from_secs(0))
+            .label("team", "a");
+        let m = s.manifest("ns", "p1").unwrap();
+        assert_eq!(m["spec"]["timeoutSeconds"], 2, "rounded up");
+        assert_eq!(m["spec"]["ttlSecondsAfterFinished"], 0);
+        assert_eq!(m["spec"]["env"], json!([{"name": "A", "value": "b=c"}]));
+        assert_eq!(m["spec"]["stdin"], true);
+        assert_eq!(m["metadata"]["labels"]["team"], "a");
+        assert!(
+            m["spec"].get("stop").is_none(),
+            "stop is kill's, not start's"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let e = Start::new("web", Vec::<String>::new())
+            .manifest("ns", "n")
+            .unwrap_err();
+        assert!(e.to_string().starts_with("argv:"), "{e}");
+        let e = Start::new("", ["x"]).manifest("ns", "n").unwrap_err();
+        assert!(e.to_string().starts_with("pod:"), "{e}");
+        let e = Start::new("w", ["x"])
+            .timeout(Duration::ZERO)
+            .manifest("ns", "n")
+            .unwrap_err();
+        assert!(e.to_string().starts_with("timeout:"), "{e}");
+        let e = Start::new("w", ["x"])
+            .stop_signal(65)
+            .manifest("ns", "n")
+            .unwrap_err();
+        assert_eq!(e.code(), "InvalidArgument");
+    }
+
+    #[test]
+    fn generated_names() {
+        let a = Start::new("web", ["x"]).name().unwrap();
+        let b = Start::new("web", ["x"]).name().unwrap();
+        assert!(a.starts_with("web-") && a.len() == 9, "{a}");
+        assert_ne!(a, b);
+        assert_eq!(Start::new("web", ["x"]).id("mine").name().unwrap(), "mine");
+    }
+}

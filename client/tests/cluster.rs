@@ -1,0 +1,373 @@
+//! The handle API against a real cluster (`e2e/clients` runs these with `--ignored` after
+//! creating namespace `$SPO_NS` with a running pod `$SPO_POD` of the busybox workload image).
+//! The Python package's pytest suite (clients/python/tests) runs the same scenarios.
+use std::time::Duration;
+
+use futures::StreamExt;
+use sandbox_client::{
+    Error, ErrorCode, LogEvent, LogOptions, LogStream, PortCheck, Sandbox, Start,
+};
+
+const MIN: Option<Duration> = Some(Duration::from_secs(60));
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set (run through e2e/clients)"))
+}
+
+async fn sandbox() -> Sandbox {
+    Sandbox::try_default()
+        .await
+        .expect("kubeconfig")
+        .in_namespace(env("SPO_NS"))
+}
+
+fn pod() -> String {
+    env("SPO_POD")
+}
+
+/// All output after `after` (or from the start) until the process ended, as text.
+async fn read_all(p: &sandbox_client::Process, after: Option<String>) -> String {
+    let mut s = Box::pin(p.logs(LogOptions {
+        follow: true,
+        after,
+        ..Default::default()
+    }));
+    let mut out = Vec::new();
+    while let Some(ev) = s.next().await {
+        match ev.expect("log event") {
+            LogEvent::Data { data, .. } => out.extend(data),
+            LogEvent::Truncated { .. } => panic!("unexpected gap"),
+            LogEvent::End { record, .. } => {
+                assert!(record.is_some(), "a follow ends with the process's end");
+                break;
+            }
+        }
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn start_and_wait_gives_the_exit_code() {
+    let sb = sandbox().await;
+    let p = sb
+        .start(Start::new(pod(), ["sh", "-c", "echo out; echo err >&2; exit 7"]).id("rs-exit"))
+        .await
+        .unwrap();
+    let exit = p.wait(MIN).await.unwrap();
+    assert_eq!((exit.code, exit.signal, exit.timed_out), (7, None, false));
+    assert_eq!(exit.end_reason, Some(sandbox_client::EndReason::Exited));
+    let out = p.output(None, MIN).await.unwrap();
+    assert_eq!(
+        (out.stdout.as_slice(), out.stderr.as_slice()),
+        (&b"out\n"[..], &b"err\n"[..])
+    );
+    assert!(!out.truncated);
+    p.delete().await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn wait_for_log_then_logs_after_its_cursor_neither_repeat_nor_skip() {
+    let sb = sandbox().await;
+    // The matched line and what follows it arrive in one write: the cursor must point inside it.
+    let script = "printf 'one\\nready on 8080\\nafter-1\\n'; sleep 1; echo after-2; printf tail";
+    let p = sb
+        .start(Start::new(pod(), ["sh", "-c", script]).id("rs-log"))
+        .await
+        .unwrap();
+    let m = p
+        .wait_for_log("^ready on [0-9]+$", LogStream::Both, None, MIN)
+        .await
+        .unwrap();
+    assert_eq!(m.line, "ready on 8080");
+    assert_eq!(m.stream, LogStream::Stdout);
+    let after = read_all(&p, Some(m.cursor.clone())).await;
+    assert_eq!(after, "after-1\nafter-2\ntail");
+    let whole = read_all(&p, None).await;
+    assert_eq!(whole, format!("one\nready on 8080\n{after}"));
+    // Waiting again after the cursor: the next line, and at the end a last line without newline.
+    let m2 = p
+        .wait_for_log("^after", LogStream::Stdout, Some(m.cursor), MIN)
+        .await
+        .unwrap();
+    assert_eq!(m2.line, "after-1");
+    let m3 = p
+        .wait_for_log("^tail$", LogStream::Both, Some(m2.cursor), MIN)
+        .await
+        .unwrap();
+    assert_eq!(m3.line, "tail");
+    // A pattern that never comes: the end says so.
+    let e = p
+        .wait_for_log("never", LogStream::Both, None, MIN)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "ExitedBeforeLog", "{e}");
+    // limit_bytes cuts inside an event; reading on from its cursor continues exactly there.
+    let mut s = Box::pin(p.logs(LogOptions {
+        limit_bytes: Some(6),
+        ..Default::default()
+    }));
+    let (mut first, mut cursor) = (Vec::new(), None);
+    while let Some(ev) = s.next().await {
+        match ev.unwrap() {
+            LogEvent::Data { data, .. } => first.extend(data),
+            LogEvent::End { cursor: c, record } => {
+                assert!(record.is_none(), "a limited read is not the end");
+                cursor = Some(c);
+            }
+            LogEvent::Truncated { .. } => panic!("gap"),
+        }
+    }
+    assert_eq!(first, b"one\nre");
+    assert_eq!(format!("one\nre{}", read_all(&p, cursor).await), whole);
+    p.delete().await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn wait_for_port_sees_a_server_on_the_pods_loopback() {
+    let sb = sandbox().await;
+    // Listens on 127.0.0.1 only (a kubelet probe from the host could not see it) after 2 s.
+    let p = sb
+        .start(
+            Start::new(
+                pod(),
+                [
+                    "sh",
+                    "-c",
+                    "mkdir -p /tmp/rs-www && echo hi > /tmp/rs-www/index.html && sleep 2 && exec httpd -f -p 127.0.0.1:18080 -h /tmp/rs-www",
+                ],
+            )
+            .id("rs-port"),
+        )
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    p.wait_for_port(
+        18080,
+        PortCheck {
+            timeout: MIN,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1500),
+        "ready before it listened"
+    );
+    p.wait_for_port(
+        18080,
+        PortCheck {
+            http_path: Some("/index.html".into()),
+            timeout: MIN,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    // A port nobody listens on: the local timeout, the process untouched.
+    let e = p
+        .wait_for_port(
+            18081,
+            PortCheck {
+                timeout: Some(Duration::from_secs(2)),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "Timeout", "{e}");
+    assert_eq!(
+        p.status().await.unwrap().phase,
+        Some(sandbox_client::Phase::Running)
+    );
+    p.kill(None).await.unwrap();
+    p.wait(MIN).await.unwrap();
+    // After the end: the wait fails at once, naming it.
+    let e = p
+        .wait_for_port(18080, PortCheck::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "ExitedBeforeReady", "{e}");
+    p.delete().await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn kill_with_a_signal_is_128_plus_n() {
+    let sb = sandbox().await;
+    let p = sb
+        .start(Start::new(pod(), ["sleep", "300"]).id("rs-kill"))
+        .await
+        .unwrap();
+    p.wait_started(MIN).await.unwrap();
+    assert_eq!(
+        p.kill(Some(10)).await.unwrap(),
+        sandbox_client::Killed::Signalled(10)
+    );
+    let exit = p.wait(MIN).await.unwrap();
+    assert_eq!((exit.code, exit.signal), (138, Some(10)));
+    assert!(matches!(
+        p.kill(Some(9)).await.unwrap(),
+        sandbox_client::Killed::AlreadyEnded(_)
+    ));
+    p.delete().await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn a_second_client_reattaches_by_id() {
+    {
+        let first = sandbox().await;
+        first
+            .start(Start::new(pod(), ["sh", "-c", "sleep 2; echo done; exit 4"]).id("rs-reattach"))
+            .await
+            .unwrap();
+        // `first` and its handle are dropped here: the process goes on.
+    }
+    let second = sandbox().await;
+    let p = second
+        .get("rs-reattach")
+        .await
+        .unwrap()
+        .expect("found by id");
+    assert_eq!(p.wait(MIN).await.unwrap().code, 4);
+    assert_eq!(p.output(None, MIN).await.unwrap().stdout, b"done\n");
+    assert!(second.get("rs-no-such-id").await.unwrap().is_none());
+    p.delete().await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn starting_twice_with_one_id_is_one_process() {
+    let sb = sandbox().await;
+    let start = || Start::new(pod(), ["sh", "-c", "echo started; sleep 2"]).id("rs-idem");
+    let a = sb.start(start()).await.unwrap();
+    let uid = a.object().await.unwrap().metadata.uid;
+    let b = sb.start(start()).await.unwrap();
+    assert_eq!(b.object().await.unwrap().metadata.uid, uid, "same object");
+    // After the start too (a retry after a lost reply arrives late).
+    a.wait_started(MIN).await.unwrap();
+    sb.start(start()).await.unwrap();
+    let out = b.output(None, MIN).await.unwrap();
+    assert_eq!(out.stdout, b"started\n", "ran once");
+    // The same id for something else is refused, not a second process.
+    let e = sb
+        .start(Start::new(pod(), ["sh", "-c", "echo other"]).id("rs-idem"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "IdInUse", "{e}");
+    assert_eq!(
+        sb.list(None)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|o| o.metadata.name.as_deref() == Some("rs-idem"))
+            .count(),
+        1
+    );
+    a.delete().await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn output_of_a_process_over_the_retention_is_truncated() {
+    let sb = sandbox().await;
+    // 70 MiB through the agent's 64 MiB retention.
+    let p = sb
+        .start(
+            Start::new(
+                pod(),
+                [
+                    "sh",
+                    "-c",
+                    "head -c 73400320 /dev/zero | tr '\\000' a; echo END",
+                ],
+            )
+            .id("rs-huge"),
+        )
+        .await
+        .unwrap();
+    let out = p
+        .output(Some(1 << 20), Some(Duration::from_secs(180)))
+        .await
+        .unwrap();
+    assert!(out.truncated);
+    assert_eq!(out.stdout.len(), 1 << 20, "kept up to max_bytes");
+    assert_eq!(out.exit.code, 0);
+    p.delete().await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn errors_carry_the_status_code() {
+    let sb = sandbox().await;
+    let p = sb
+        .start(
+            Start::new(pod(), ["true"])
+                .container("nope")
+                .id("rs-nocontainer"),
+        )
+        .await
+        .unwrap();
+    let e = p.wait(MIN).await.unwrap_err();
+    assert_eq!(e.process_code(), Some(ErrorCode::ContainerNotFound), "{e}");
+    assert_eq!(e.code(), "ContainerNotFound");
+    // Its output: there is none, and the error says why (not the API's 400).
+    let e2 = p.output(None, MIN).await.unwrap_err();
+    assert_eq!(e2.code(), "ContainerNotFound", "{e2}");
+    p.delete().await.unwrap();
+
+    let p = sb
+        .start(
+            Start::new(pod(), ["ls"])
+                .cwd("/no/such/dir")
+                .id("rs-badcwd"),
+        )
+        .await
+        .unwrap();
+    let e = p.wait(MIN).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Process {
+                code: ErrorCode::InvalidProcessCwd,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    p.delete().await.unwrap();
+
+    // A bad value never leaves the client: the field is named.
+    let e = sb
+        .start(Start::new(pod(), ["x"]).timeout(Duration::ZERO))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "InvalidArgument");
+    assert!(e.to_string().starts_with("timeout:"), "{e}");
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn stdin_goes_in_once_and_closes() {
+    let sb = sandbox().await;
+    let p = sb
+        .start(
+            Start::new(pod(), ["sh", "-c", "wc -c; exit 3"])
+                .stdin(true)
+                .id("rs-stdin"),
+        )
+        .await
+        .unwrap();
+    p.wait_started(MIN).await.unwrap();
+    let sent = p.send_stdin(&vec![b'x'; 300_000]).await.unwrap();
+    assert_eq!(sent, 300_000);
+    p.close_stdin().await.unwrap();
+    let out = p.output(None, MIN).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "300000");
+    assert_eq!(out.exit.code, 3);
+    p.delete().await.unwrap();
+}
