@@ -139,6 +139,10 @@ mod tests {
             render("n: {.items[0].metadata.name}!", &v).unwrap(),
             "n: a!"
         );
+        assert_eq!(
+            render(r#"{.items[?(@.metadata.name=="b")].status.exit.code}"#, &v).unwrap(),
+            "3"
+        );
         for broken in ["{.items", "{range .items[*]}x", "x{end}"] {
             let e = render(broken, &v).unwrap_err().to_string();
             assert!(e.starts_with("-o jsonpath="), "{e}");

@@ -231,10 +231,16 @@ impl Reader {
                     Err(e) => return Err(e),
                 }
             }
-            let line = match self.lines.as_mut().expect("connected").try_next().await {
-                Ok(Some(l)) => l,
-                Ok(None) => {
-                    // Cut without an End: resume a follow from the last cursor.
+            let cut = match self.lines.as_mut().expect("connected").try_next().await {
+                Ok(Some(l)) => Ok(l),
+                // Cut without an End.
+                Ok(None) => Err("the connection ended before the end of the output".to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let line = match cut {
+                Ok(l) => l,
+                Err(message) => {
+                    // A follow resumes from the last cursor; a plain read reports the cut.
                     self.lines = None;
                     if self.follow && self.broken < 5 {
                         self.broken += 1;
@@ -243,19 +249,7 @@ impl Reader {
                     }
                     return Err(Error::StreamBroken {
                         name: self.name.clone(),
-                        message: "the connection ended before the end of the output".into(),
-                    });
-                }
-                Err(e) => {
-                    self.lines = None;
-                    if self.follow && self.broken < 5 {
-                        self.broken += 1;
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        continue;
-                    }
-                    return Err(Error::StreamBroken {
-                        name: self.name.clone(),
-                        message: e.to_string(),
+                        message,
                     });
                 }
             };

@@ -120,16 +120,7 @@ impl Process {
                 }
             }
         };
-        match check.timeout {
-            Some(t) => tokio::time::timeout(t, fut)
-                .await
-                .map_err(|_| Error::Timeout {
-                    name: self.name.clone(),
-                    what: "listen on the port",
-                    timeout: t,
-                })?,
-            None => fut.await,
-        }
+        crate::process::within(&self.name, "listen on the port", check.timeout, fut).await
     }
 
     async fn probe(&self, body: &serde_json::Value) -> Result<ProbeResult> {

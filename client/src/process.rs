@@ -74,6 +74,26 @@ impl std::fmt::Debug for Process {
     }
 }
 
+/// `fut`, given up after `timeout` (`None`: never) as [`Error::Timeout`]; the process is not
+/// touched.
+pub(crate) async fn within<T>(
+    name: &str,
+    what: &'static str,
+    timeout: Option<Duration>,
+    fut: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match timeout {
+        Some(t) => tokio::time::timeout(t, fut)
+            .await
+            .map_err(|_| Error::Timeout {
+                name: name.to_string(),
+                what,
+                timeout: t,
+            })?,
+        None => fut.await,
+    }
+}
+
 fn status(o: &SandboxProcess) -> SandboxProcessStatus {
     o.status.clone().unwrap_or_default()
 }
@@ -231,18 +251,14 @@ impl Process {
             // A deleted object also ends the wait; reported below.
             o.is_none_or(&cond)
         });
-        let got = match timeout {
-            Some(t) => tokio::time::timeout(t, fut)
-                .await
-                .map_err(|_| Error::Timeout {
-                    name: self.name.clone(),
-                    what,
-                    timeout: t,
-                })?,
-            None => fut.await,
-        }
-        .map_err(|e| Error::Transport(format!("watching sandboxprocess {}: {e}", self.name)))?;
-        got.ok_or_else(|| Error::NotFound(self.name.clone()))
+        let watched = async {
+            fut.await.map_err(|e| {
+                Error::Transport(format!("watching sandboxprocess {}: {e}", self.name))
+            })
+        };
+        within(&self.name, what, timeout, watched)
+            .await?
+            .ok_or_else(|| Error::NotFound(self.name.clone()))
     }
 
     /// Waits until the process has ended; how. Phase `Error` (could not run, lost, stale
@@ -342,16 +358,7 @@ impl Process {
         let re = regex_lite::Regex::new(pattern)
             .map_err(|e| Error::invalid("pattern", e.to_string()))?;
         let fut = self.find_line(&re, stream, after);
-        match timeout {
-            Some(t) => tokio::time::timeout(t, fut)
-                .await
-                .map_err(|_| Error::Timeout {
-                    name: self.name.clone(),
-                    what: "log a matching line",
-                    timeout: t,
-                })?,
-            None => fut.await,
-        }
+        within(&self.name, "log a matching line", timeout, fut).await
     }
 
     async fn find_line(
@@ -438,17 +445,7 @@ impl Process {
         max_bytes: Option<usize>,
         timeout: Option<Duration>,
     ) -> Result<Output> {
-        let fut = self.collect(max_bytes);
-        match timeout {
-            Some(t) => tokio::time::timeout(t, fut)
-                .await
-                .map_err(|_| Error::Timeout {
-                    name: self.name.clone(),
-                    what: "end",
-                    timeout: t,
-                })?,
-            None => fut.await,
-        }
+        within(&self.name, "end", timeout, self.collect(max_bytes)).await
     }
 
     async fn collect(&self, max_bytes: Option<usize>) -> Result<Output> {

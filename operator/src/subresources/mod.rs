@@ -495,13 +495,13 @@ async fn probe(
     Extension(peer): Extension<Peer>,
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
-    body: std::result::Result<Json<sandbox_api::wire::ProbeKind>, JsonRejection>,
+    body: axum::body::Bytes,
 ) -> Result<Json<sandbox_api::wire::ProbeResult>> {
     let user = caller(&server, &peer, &headers)?;
-    let Json(p) = body.map_err(|e| {
+    // Any content type (kubectl create --raw sends none): the body is JSON or refused.
+    let p: sandbox_api::wire::ProbeKind = serde_json::from_slice(&body).map_err(|e| {
         SubresourceError::BadRequest(format!(
-            "{} (one of tcpSocket: {{port}}, httpGet: {{port, path, status}})",
-            e.body_text()
+            "body: {e} (one of tcpSocket: {{port}}, httpGet: {{port, path, status}})"
         ))
     })?;
     sandbox_api::validate::port_check("probe", &p)

@@ -1,0 +1,46 @@
+"""Process handles over SandboxProcess objects (``sandbox.dev/v1alpha1``), on the official
+Kubernetes Python client: ``start`` -> :class:`Process`; ``wait``, ``wait_for_log``,
+``wait_for_port``, ``logs`` with cursors, ``output``, ``kill``, stdin. Every process is a
+Kubernetes object: it outlives this program, and any client reattaches by id
+(:meth:`Sandbox.get`). The same API and error codes as the Rust crate ``sandbox-client``.
+
+>>> from sandbox_client import Sandbox
+>>> sb = Sandbox()                                         # doctest: +SKIP
+>>> p = sb.start("web-0", ["sh", "-c", "exit 3"], id="job-1")  # doctest: +SKIP
+>>> p.wait().code                                          # doctest: +SKIP
+3
+"""
+from ._client import (
+    Exit,
+    Killed,
+    LogEvent,
+    LogMatch,
+    Output,
+    Process,
+    Sandbox,
+    exit_of,
+    is_final,
+    is_ready,
+    is_started,
+    never_started,
+)
+from .errors import (
+    ApiError,
+    EndedWithoutExit,
+    ExitedBeforeLog,
+    ExitedBeforeReady,
+    IdInUse,
+    InvalidArgument,
+    NotFound,
+    ProcessFailed,
+    SandboxError,
+    StreamBroken,
+    WaitTimeout,
+)
+
+__all__ = [
+    "ApiError", "EndedWithoutExit", "Exit", "ExitedBeforeLog", "ExitedBeforeReady", "IdInUse",
+    "InvalidArgument", "Killed", "LogEvent", "LogMatch", "NotFound", "Output", "Process",
+    "ProcessFailed", "Sandbox", "SandboxError", "StreamBroken", "WaitTimeout", "exit_of",
+    "is_final", "is_ready", "is_started", "never_started",
+]

@@ -1,0 +1,177 @@
+"""The handle API against the real cluster: e2e/clients runs this with SPO_NS (a namespace with a
+running pod SPO_POD of the busybox workload image) and the kubeconfig in the environment. The
+same scenarios as the Rust library's tests (client/tests/cluster.rs)."""
+import os
+import time
+
+import pytest
+
+from sandbox_client import (
+    ExitedBeforeLog,
+    ExitedBeforeReady,
+    IdInUse,
+    InvalidArgument,
+    ProcessFailed,
+    Sandbox,
+    WaitTimeout,
+)
+
+MIN = 60
+
+
+@pytest.fixture(scope="module")
+def sb():
+    ns = os.environ.get("SPO_NS")
+    assert ns, "SPO_NS is not set (run through e2e/clients)"
+    return Sandbox(namespace=ns)
+
+
+@pytest.fixture(scope="module")
+def pod():
+    pod = os.environ.get("SPO_POD")
+    assert pod, "SPO_POD is not set (run through e2e/clients)"
+    return pod
+
+
+def read_all(p, after=None):
+    out = b""
+    for ev in p.logs(follow=True, after=after):
+        assert ev.type != "truncated", "unexpected gap"
+        if ev.type == "data":
+            out += ev.data
+        elif ev.type == "end":
+            assert ev.ended, "a follow ends with the process's end"
+    return out.decode()
+
+
+def test_start_and_wait_gives_the_exit_code(sb, pod):
+    p = sb.start(pod, ["sh", "-c", "echo out; echo err >&2; exit 7"], id="py-exit")
+    e = p.wait(timeout=MIN)
+    assert (e.code, e.signal, e.timed_out, e.end_reason) == (7, None, False, "Exited")
+    out = p.output(timeout=MIN)
+    assert (out.stdout, out.stderr, out.truncated) == (b"out\n", b"err\n", False)
+    p.delete()
+
+
+def test_wait_for_log_then_logs_after_its_cursor_neither_repeat_nor_skip(sb, pod):
+    # The matched line and what follows it arrive in one write: the cursor points inside it.
+    script = "printf 'one\\nready on 8080\\nafter-1\\n'; sleep 1; echo after-2; printf tail"
+    p = sb.start(pod, ["sh", "-c", script], id="py-log")
+    m = p.wait_for_log(r"^ready on [0-9]+$", timeout=MIN)
+    assert (m.line, m.stream) == ("ready on 8080", "stdout")
+    after = read_all(p, m.cursor)
+    assert after == "after-1\nafter-2\ntail"
+    whole = read_all(p)
+    assert whole == "one\nready on 8080\n" + after
+    m2 = p.wait_for_log("^after", stream="stdout", after=m.cursor, timeout=MIN)
+    assert m2.line == "after-1"
+    assert p.wait_for_log("^tail$", after=m2.cursor, timeout=MIN).line == "tail"
+    with pytest.raises(ExitedBeforeLog) as e:
+        p.wait_for_log("never", timeout=MIN)
+    assert e.value.code == "ExitedBeforeLog"
+    # limit_bytes cuts inside an event; reading on from its cursor continues exactly there.
+    evs = list(p.logs(limit_bytes=6))
+    assert b"".join(ev.data for ev in evs if ev.type == "data") == b"one\nre"
+    assert evs[-1].type == "end" and not evs[-1].ended
+    assert "one\nre" + read_all(p, evs[-1].cursor) == whole
+    p.delete()
+
+
+def test_wait_for_port_sees_a_server_on_the_pods_loopback(sb, pod):
+    script = ("mkdir -p /tmp/py-www && echo hi > /tmp/py-www/index.html && sleep 2 && "
+              "exec httpd -f -p 127.0.0.1:18090 -h /tmp/py-www")
+    p = sb.start(pod, ["sh", "-c", script], id="py-port")
+    t0 = time.monotonic()
+    p.wait_for_port(18090, timeout=MIN)
+    assert time.monotonic() - t0 >= 1.5, "ready before it listened"
+    p.wait_for_port(18090, http_path="/index.html", timeout=MIN)
+    with pytest.raises(WaitTimeout) as e:
+        p.wait_for_port(18091, timeout=2)
+    assert e.value.code == "Timeout"
+    assert p.status()["phase"] == "Running"
+    p.kill()
+    p.wait(timeout=MIN)
+    with pytest.raises(ExitedBeforeReady) as e:
+        p.wait_for_port(18090)
+    assert e.value.code == "ExitedBeforeReady"
+    p.delete()
+
+
+def test_kill_with_a_signal_is_128_plus_n(sb, pod):
+    p = sb.start(pod, ["sleep", "300"], id="py-kill")
+    p.wait_started(timeout=MIN)
+    assert p.kill(10).kind == "signalled"
+    e = p.wait(timeout=MIN)
+    assert (e.code, e.signal) == (138, 10)
+    assert p.kill(9).kind == "already_ended"
+    p.delete()
+
+
+def test_a_second_client_reattaches_by_id(sb, pod):
+    first = Sandbox(namespace=sb.namespace)
+    first.start(pod, ["sh", "-c", "sleep 2; echo done; exit 4"], id="py-reattach")
+    del first
+    second = Sandbox(namespace=sb.namespace)
+    p = second.get("py-reattach")
+    assert p is not None
+    assert p.wait(timeout=MIN).code == 4
+    assert p.output(timeout=MIN).stdout == b"done\n"
+    assert second.get("py-no-such-id") is None
+    p.delete()
+
+
+def test_starting_twice_with_one_id_is_one_process(sb, pod):
+    def start():
+        return sb.start(pod, ["sh", "-c", "echo started; sleep 2"], id="py-idem")
+
+    a = start()
+    uid = a.object()["metadata"]["uid"]
+    b = start()
+    assert b.object()["metadata"]["uid"] == uid
+    a.wait_started(timeout=MIN)
+    start()
+    assert b.output(timeout=MIN).stdout == b"started\n", "ran once"
+    with pytest.raises(IdInUse) as e:
+        sb.start(pod, ["sh", "-c", "echo other"], id="py-idem")
+    assert e.value.code == "IdInUse"
+    assert [o["metadata"]["name"] for o in sb.list()].count("py-idem") == 1
+    a.delete()
+
+
+def test_output_of_a_process_over_the_retention_is_truncated(sb, pod):
+    p = sb.start(pod, ["sh", "-c", "head -c 73400320 /dev/zero | tr '\\000' a; echo END"], id="py-huge")
+    out = p.output(max_bytes=1 << 20, timeout=240)
+    assert out.truncated
+    assert len(out.stdout) == 1 << 20
+    assert out.exit.code == 0
+    p.delete()
+
+
+def test_errors_carry_the_status_code(sb, pod):
+    p = sb.start(pod, ["true"], container="nope", id="py-nocontainer")
+    with pytest.raises(ProcessFailed) as e:
+        p.wait(timeout=MIN)
+    assert e.value.code == "ContainerNotFound"
+    with pytest.raises(ProcessFailed) as e:
+        p.output(timeout=MIN)
+    assert e.value.code == "ContainerNotFound"
+    p.delete()
+    p = sb.start(pod, ["ls"], cwd="/no/such/dir", id="py-badcwd")
+    with pytest.raises(ProcessFailed) as e:
+        p.wait(timeout=MIN)
+    assert e.value.code == "InvalidProcessCwd"
+    p.delete()
+    with pytest.raises(InvalidArgument) as e:
+        sb.start(pod, ["x"], timeout=0)
+    assert e.value.field == "timeout"
+
+
+def test_stdin_goes_in_once_and_closes(sb, pod):
+    p = sb.start(pod, ["sh", "-c", "wc -c; exit 3"], stdin=True, id="py-stdin")
+    p.wait_started(timeout=MIN)
+    assert p.send_stdin(b"x" * 300_000) == 300_000
+    p.close_stdin()
+    out = p.output(timeout=MIN)
+    assert out.stdout.decode().strip() == "300000"
+    assert out.exit.code == 3
+    p.delete()
