@@ -120,7 +120,13 @@ impl Process {
                 }
             }
         };
-        crate::process::within(&self.name, "listen on the port", check.timeout, fut).await
+        crate::process::within(
+            &self.name,
+            "listen on the port",
+            check.timeout,
+            Box::pin(fut),
+        )
+        .await
     }
 
     async fn probe(&self, body: &serde_json::Value) -> Result<ProbeResult> {

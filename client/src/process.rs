@@ -247,10 +247,16 @@ impl Process {
         what: &'static str,
         cond: impl Fn(&SandboxProcess) -> bool + Send + 'static,
     ) -> Result<SandboxProcess> {
-        let fut = await_condition(self.api(), &self.name, move |o: Option<&SandboxProcess>| {
-            // A deleted object also ends the wait; reported below.
-            o.is_none_or(&cond)
-        });
+        // Boxed: a watcher's state is large, and waits nest (wait_for_port holds one while it
+        // checks); on the stack it overflowed a 2 MiB thread in debug builds.
+        let fut = Box::pin(await_condition(
+            self.api(),
+            &self.name,
+            move |o: Option<&SandboxProcess>| {
+                // A deleted object also ends the wait; reported below.
+                o.is_none_or(&cond)
+            },
+        ));
         let watched = async {
             fut.await.map_err(|e| {
                 Error::Transport(format!("watching sandboxprocess {}: {e}", self.name))
