@@ -297,6 +297,26 @@ impl Process {
 
     /// Its output as a stream of events, from `o.after` (or the beginning); with `o.follow`,
     /// until the process ends (a lost connection is resumed by cursor). Ends with `End`.
+    ///
+    /// ```no_run
+    /// # async fn demo(p: sandbox_client::Process) -> Result<(), sandbox_client::Error> {
+    /// use futures::StreamExt;
+    /// use sandbox_client::{LogEvent, LogOptions};
+    ///
+    /// let mut events = Box::pin(p.logs(LogOptions { follow: true, ..Default::default() }));
+    /// let mut last = None;
+    /// while let Some(ev) = events.next().await {
+    ///     match ev? {
+    ///         LogEvent::Data { data, cursor, .. } => {
+    ///             print!("{}", String::from_utf8_lossy(&data));
+    ///             last = Some(cursor); // keep it: `after: last` resumes here, from anywhere
+    ///         }
+    ///         LogEvent::Truncated { dropped_bytes, .. } => eprintln!("[{dropped_bytes} bytes dropped]"),
+    ///         LogEvent::End { .. } => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn logs(&self, o: LogOptions) -> impl Stream<Item = Result<LogEvent>> + Send + 'static {
         let this = self.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<LogEvent>>(16);

@@ -11,6 +11,25 @@ use crate::error::{Error, Result};
 ///
 /// Only what is set here is sent (server-side apply owns exactly these fields), so starting
 /// again with the same id and the same options is a no-op that returns the same process.
+///
+/// ```
+/// use std::time::Duration;
+/// use sandbox_client::Start;
+///
+/// let job = Start::new("web-0", ["make", "test"])
+///     .id("ci-42")
+///     .container("builder")
+///     .cwd("/src")
+///     .env("CI", "1")
+///     .timeout(Duration::from_secs(600))
+///     .ttl(Duration::from_secs(3600));
+/// let object = job.manifest("team-a", "ci-42").unwrap();
+/// assert_eq!(object["spec"]["timeoutSeconds"], 600);
+/// assert_eq!(object["spec"]["command"][1], "test");
+/// // A bad value never leaves the client: the option is named.
+/// let e = Start::new("web-0", ["x"]).stop_signal(99).manifest("ns", "n").unwrap_err();
+/// assert_eq!(e.code(), "InvalidArgument");
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct Start {
     pub(crate) pod: String,
