@@ -130,6 +130,12 @@ impl AgentClient {
     }
 
     /// The URL of the agent pod at `ip` serving `node`.
+    /// Agents are reached over mutual TLS, pinned to the node's name: a request sent to a
+    /// stale address fails the handshake instead of reaching another pod.
+    pub fn pins_node_identity(&self) -> bool {
+        self.inner.tls_namespace.is_some()
+    }
+
     pub fn url_for(&self, node: &str, ip: &str, port: u16) -> String {
         match &self.inner.tls_namespace {
             None if ip.contains(':') => format!("http://[{ip}]:{port}"),

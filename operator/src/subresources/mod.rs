@@ -342,12 +342,19 @@ async fn agent_url(server: &Server, node: &str) -> Result<String> {
     if let Some(u) = &server.agent_url {
         return Ok(u.trim_end_matches('/').to_string());
     }
+    let mut lp = ListParams::default()
+        .labels(&server.agent_selector)
+        .fields(&format!("spec.nodeName={node}"));
+    if server.agents.pins_node_identity() {
+        // From the API server's cache as it is: a consistent list waits until the cache has
+        // seen the latest etcd revision, up to 100 ms after any write in the cluster (its
+        // progress-request period) — measured as +90 ms on every stdin write, whose own status
+        // update is such a write. A stale address only fails the pinned handshake (503; the
+        // clients retry).
+        lp = lp.match_any();
+    }
     let pods = Api::<Pod>::namespaced(server.client.clone(), &server.namespace)
-        .list(
-            &ListParams::default()
-                .labels(&server.agent_selector)
-                .fields(&format!("spec.nodeName={node}")),
-        )
+        .list(&lp)
         .await
         .map_err(|e| SubresourceError::Internal(format!("listing agent pods: {e}")))?;
     agent_ip_for_node(&pods.items, node)
