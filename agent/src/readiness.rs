@@ -30,14 +30,20 @@ pub fn tcp_probe(port: u16) -> bool {
         .any(|a| TcpStream::connect_timeout(a, DIAL_TIMEOUT).is_ok())
 }
 
+/// Most time one address may take, dial included: a server that trickles its answer a byte at
+/// a time cannot hold a probe thread longer than this.
+const HTTP_BUDGET: Duration = Duration::from_secs(2);
+
 /// Status code of `GET path` on localhost:port, if the server answered with an HTTP status line.
 pub fn http_status(port: u16, path: &str) -> Option<u16> {
     for addr in addrs(port) {
+        let until = Instant::now() + HTTP_BUDGET;
         let Ok(mut s) = TcpStream::connect_timeout(&addr, DIAL_TIMEOUT) else {
             continue;
         };
-        let _ = s.set_read_timeout(Some(DIAL_TIMEOUT));
-        let _ = s.set_write_timeout(Some(DIAL_TIMEOUT));
+        let left = || until.saturating_duration_since(Instant::now());
+        let _ = s.set_read_timeout(Some(left().max(Duration::from_millis(1))));
+        let _ = s.set_write_timeout(Some(left().max(Duration::from_millis(1))));
         let req = format!(
             "GET {path} HTTP/1.1\r\nHost: localhost:{port}\r\nUser-Agent: sandbox-agent-probe/1\r\nAccept: */*\r\nConnection: close\r\n\r\n"
         );
@@ -47,6 +53,10 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
         let mut buf = [0u8; 64];
         let mut n = 0;
         while n < buf.len() {
+            if left().is_zero() {
+                break;
+            }
+            let _ = s.set_read_timeout(Some(left().max(Duration::from_millis(1))));
             match s.read(&mut buf[n..]) {
                 Ok(0) | Err(_) => break,
                 Ok(k) => n += k,

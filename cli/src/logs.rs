@@ -214,6 +214,14 @@ pub async fn print(p: &Process, o: &Options) -> Result<Option<String>, CliError>
         _ => true,
     };
     let mut after = o.after.clone();
+    // The byte limit counts what is shown: with --since or --tail it is applied here, after
+    // them; otherwise the library cuts the read itself (and its cursor points at the cut).
+    let here = o.since.is_some() || o.tail.is_some();
+    let mut budget = if here { o.limit_bytes } else { None };
+    if o.follow {
+        // Only a started process has output (a Pending one is waited for, as `-f` alone does).
+        p.wait_started(None).await?;
+    }
     if let Some(n) = o.tail {
         // What is there now, its last n lines; then, with follow, on from its end.
         let mut events = Vec::new();
@@ -233,7 +241,6 @@ pub async fn print(p: &Process, o: &Options) -> Result<Option<String>, CliError>
                 _ => {}
             }
         }
-        let mut budget = o.limit_bytes;
         for ev in tail(events, n) {
             let ev = limit(ev, &mut budget);
             r.event(&ev)?;
@@ -253,11 +260,7 @@ pub async fn print(p: &Process, o: &Options) -> Result<Option<String>, CliError>
         follow: o.follow,
         after,
         stream: o.stream,
-        limit_bytes: if o.tail.is_some() {
-            None
-        } else {
-            o.limit_bytes
-        },
+        limit_bytes: if here { None } else { o.limit_bytes },
     }));
     let mut last = None;
     while let Some(ev) = s.next().await {
@@ -269,7 +272,10 @@ pub async fn print(p: &Process, o: &Options) -> Result<Option<String>, CliError>
             }
         }
         if shown(&ev) {
-            r.event(&ev)?;
+            r.event(&limit(ev, &mut budget))?;
+            if budget == Some(0) {
+                return Ok(None);
+            }
         }
     }
     Ok(last)

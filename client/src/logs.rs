@@ -140,8 +140,7 @@ pub(crate) struct Reader {
     /// Output bytes still to deliver (`limit_bytes`).
     budget: Option<u64>,
     lines: Option<EventLines>,
-    /// This connection filters nothing: we do (a skip must land on the first event after the
-    /// position, whatever its stream).
+    /// The server sends both streams and we filter (see `connect`).
     filter_here: bool,
     broken: u32,
     unavailable: u32,
@@ -202,7 +201,10 @@ impl Reader {
     }
 
     async fn connect(&mut self) -> Result<()> {
-        self.filter_here = self.pos.skip > 0 && self.stream != LogStream::Both;
+        // Positions count every event of both streams (a `+n` cursor is "n bytes into the next
+        // event after the cursor, whatever its stream"), so a filtered read asks for both and
+        // filters here: a server-side filter would hide the events a position must step over.
+        self.filter_here = self.stream != LogStream::Both;
         let req = http::Request::get(self.url())
             .body(Vec::new())
             .map_err(|e| Error::invalid("name", e.to_string()))?;
@@ -223,7 +225,7 @@ impl Reader {
                     Ok(()) => {}
                     // A follow outlives a moment without an agent (it restarts, a rollout): the
                     // subresource says 503 then; a plain read fails at once, like kubectl logs.
-                    Err(Error::Api { code: 503, .. }) if self.follow && self.unavailable < 60 => {
+                    Err(e) if e.is_transient() && self.follow && self.unavailable < 60 => {
                         self.unavailable += 1;
                         tokio::time::sleep(Duration::from_millis(500)).await;
                         continue;
@@ -256,6 +258,9 @@ impl Reader {
             if line.is_empty() {
                 continue;
             }
+            // Progress: each outage gets its own retries.
+            self.broken = 0;
+            self.unavailable = 0;
             let ev: wire::LogEvent = serde_json::from_str(&line)
                 .map_err(|e| Error::Transport(format!("bad log event {:?}: {e}", clip(&line))))?;
             if let Some(r) = self.take(ev)? {

@@ -99,8 +99,9 @@ impl Process {
                     r = self.probe(&body) => match r {
                         Ok(p) if p.ready => return Ok(()),
                         Ok(p) => last = p.message,
-                        // The process ended between two checks: the watch says how.
-                        Err(Error::Api { code: 409, .. }) => {}
+                        // The process ended between two checks (the watch says how), or the
+                        // agent could not check: shown with a timeout's error.
+                        Err(e @ Error::Api { code: 409, .. }) => last = e.to_string(),
                         Err(e) if e.is_transient() => last = e.to_string(),
                         Err(e) => return Err(e),
                     },

@@ -247,20 +247,38 @@ impl Process {
         what: &'static str,
         cond: impl Fn(&SandboxProcess) -> bool + Send + 'static,
     ) -> Result<SandboxProcess> {
-        // Boxed: a watcher's state is large, and waits nest (wait_for_port holds one while it
-        // checks); on the stack it overflowed a 2 MiB thread in debug builds.
-        let fut = Box::pin(await_condition(
-            self.api(),
-            &self.name,
-            move |o: Option<&SandboxProcess>| {
-                // A deleted object also ends the wait; reported below.
-                o.is_none_or(&cond)
-            },
-        ));
+        let cond = std::sync::Arc::new(cond);
         let watched = async {
-            fut.await.map_err(|e| {
-                Error::Transport(format!("watching sandboxprocess {}: {e}", self.name))
-            })
+            let mut failures = 0u32;
+            loop {
+                let c = cond.clone();
+                // Boxed: a watcher's state is large, and waits nest (wait_for_port holds one
+                // while it checks); on the stack it overflowed a 2 MiB thread in debug builds.
+                let fut = Box::pin(await_condition(
+                    self.api(),
+                    &self.name,
+                    // A deleted object also ends the wait; reported below.
+                    move |o: Option<&SandboxProcess>| o.is_none_or(|o| c(o)),
+                ));
+                match fut.await {
+                    Ok(got) => return Ok(got),
+                    // The watch ended on an error (expired, cut, the API server restarting):
+                    // watch again, as kubectl wait does; the timeout bounds it.
+                    Err(_) if failures < 60 => {
+                        failures += 1;
+                        tokio::time::sleep(Duration::from_millis(
+                            250 * u64::from(failures.min(20)),
+                        ))
+                        .await;
+                    }
+                    Err(e) => {
+                        return Err(Error::Transport(format!(
+                            "watching sandboxprocess {}: {e}",
+                            self.name
+                        )))
+                    }
+                }
+            }
         };
         within(&self.name, what, timeout, watched)
             .await?
@@ -329,7 +347,13 @@ impl Process {
                 }
             };
             loop {
-                let next = match logs::next_public(&mut reader).await {
+                // A dropped stream ends the read at once, not at the next event (a quiet
+                // follow would otherwise hold its connection and the agent's follow slot).
+                let next = tokio::select! {
+                    n = logs::next_public(&mut reader) => n,
+                    _ = tx.closed() => return,
+                };
+                let next = match next {
                     Err(e) => Err(this.explain(e).await),
                     other => other,
                 };
@@ -565,8 +589,24 @@ impl Process {
     /// while the process does not read; the offset after it. Needs `spec.stdin`.
     pub async fn send_stdin(&self, data: &[u8]) -> Result<u64> {
         let url = self.url("stdin");
-        let at = crate::stdin::state(&self.client, &url).await?;
-        crate::stdin::send(&self.client, &url, &self.name, at.bytes, data, false).await
+        let mut at = crate::stdin::state(&self.client, &url).await?.bytes;
+        // In writes the subresource takes (at most 1 MiB each).
+        for piece in data.chunks(crate::stdin::CHUNK) {
+            at = crate::stdin::send(&self.client, &url, &self.name, at, piece, false).await?;
+        }
+        Ok(at)
+    }
+
+    /// Like [`Process::send_stdin`], with the offset `data` starts at given by the caller: a
+    /// retry of a call that failed part-way sends the same bytes at the same offset, and stdin
+    /// takes only what it has not taken yet (exactly once across calls, not only within one).
+    pub async fn send_stdin_at(&self, offset: u64, data: &[u8]) -> Result<u64> {
+        let url = self.url("stdin");
+        let mut at = offset;
+        for piece in data.chunks(crate::stdin::CHUNK) {
+            at = crate::stdin::send(&self.client, &url, &self.name, at, piece, false).await?;
+        }
+        Ok(at)
     }
 
     /// Closes its stdin (EOF).

@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use crate::error::{Error, Result};
 
 /// Bytes per write: big enough for throughput, small enough to be quick to repeat.
-const CHUNK: usize = 256 << 10;
+pub(crate) const CHUNK: usize = 256 << 10;
 /// Transient failures (an operator rollout, a lost connection) retried per write.
 const RETRIES: u32 = 20;
 
@@ -62,7 +62,18 @@ pub(crate) async fn send(
     loop {
         let rest = &data[(offset - start) as usize..];
         match write(client, url, offset, rest, close).await {
-            Ok(s) if s.bytes >= end && (!close || s.closed) => return Ok(s.bytes),
+            Ok(s) if s.bytes > end => {
+                // Beyond what we sent: another writer.
+                return Err(Error::Api {
+                    code: 409,
+                    reason: "Conflict".into(),
+                    message: format!(
+                        "StdinOffsetMismatch: stdin of sandboxprocess {name} is at byte {}, beyond this write ({start}..{end}): another writer?",
+                        s.bytes
+                    ),
+                });
+            }
+            Ok(s) if s.bytes == end && (!close || s.closed) => return Ok(s.bytes),
             Ok(s) if s.bytes > offset => {
                 offset = s.bytes;
                 idle = Duration::from_millis(5);

@@ -71,13 +71,15 @@ async fn start_and_wait_gives_the_exit_code() {
 async fn wait_for_log_then_logs_after_its_cursor_neither_repeat_nor_skip() {
     let sb = sandbox().await;
     // The matched line and what follows it arrive in one write: the cursor must point inside it.
-    let script = "printf 'one\\nready on 8080\\nafter-1\\n'; sleep 1; echo after-2; printf tail";
+    // A stderr line first: a cursor made while reading stdout only must still count it.
+    let script =
+        "echo warn >&2; sleep 0.2; printf 'one\\nready on 8080\\nafter-1\\n'; sleep 1; echo after-2; printf tail";
     let p = sb
         .start(Start::new(pod(), ["sh", "-c", script]).id("rs-log"))
         .await
         .unwrap();
     let m = p
-        .wait_for_log("^ready on [0-9]+$", LogStream::Both, None, MIN)
+        .wait_for_log("^ready on [0-9]+$", LogStream::Stdout, None, MIN)
         .await
         .unwrap();
     assert_eq!(m.line, "ready on 8080");
@@ -85,7 +87,20 @@ async fn wait_for_log_then_logs_after_its_cursor_neither_repeat_nor_skip() {
     let after = read_all(&p, Some(m.cursor.clone())).await;
     assert_eq!(after, "after-1\nafter-2\ntail");
     let whole = read_all(&p, None).await;
-    assert_eq!(whole, format!("one\nready on 8080\n{after}"));
+    assert_eq!(whole, format!("warn\none\nready on 8080\n{after}"));
+    // The same cursor read with a stream filter.
+    let mut s = Box::pin(p.logs(LogOptions {
+        after: Some(m.cursor.clone()),
+        stream: LogStream::Stdout,
+        ..Default::default()
+    }));
+    let mut out = Vec::new();
+    while let Some(ev) = s.next().await {
+        if let LogEvent::Data { data, .. } = ev.unwrap() {
+            out.extend(data);
+        }
+    }
+    assert_eq!(out, after.as_bytes(), "filtered read after the cursor");
     // Waiting again after the cursor: the next line, and at the end a last line without newline.
     let m2 = p
         .wait_for_log("^after", LogStream::Stdout, Some(m.cursor), MIN)
@@ -119,8 +134,8 @@ async fn wait_for_log_then_logs_after_its_cursor_neither_repeat_nor_skip() {
             LogEvent::Truncated { .. } => panic!("gap"),
         }
     }
-    assert_eq!(first, b"one\nre");
-    assert_eq!(format!("one\nre{}", read_all(&p, cursor).await), whole);
+    assert_eq!(first, b"warn\no");
+    assert_eq!(format!("warn\no{}", read_all(&p, cursor).await), whole);
     p.delete().await.unwrap();
 }
 

@@ -14,6 +14,8 @@ REGISTRY_PORT=5123
 # cert-manager's CRDs (from its Go module: its controller's own modules are not served to us, so
 # e2e/certs checks the chart's cert-manager resources against the CRDs, server-side, not a run).
 CERT_MANAGER_VERSION=v1.21.2
-# The Python client's dependencies in e2e/clients' virtualenv (the official Kubernetes client, pytest).
+# The Python client's dependencies in e2e/clients' virtualenv (the official Kubernetes client,
+# pytest, mypy for its type hints).
 PY_KUBERNETES_VERSION=37.0.2
 PYTEST_VERSION=9.0.2
+MYPY_VERSION=2.4.1

@@ -15,8 +15,9 @@ use crate::readiness;
 use crate::record;
 use crate::runtime::LaunchSpec;
 
-/// Checks running at once on this agent: each holds a thread for up to two dial timeouts, and
-/// any caller may ask, so the count is bounded (beyond it: 429, try again).
+/// Checks running at once on this agent: each holds a thread for a few seconds at most (per
+/// address a 1 s dial, an HTTP answer within 2 s), and any caller may ask, so the count is
+/// bounded (beyond it: 429, try again).
 static CHECKS: Semaphore = Semaphore::const_new(16);
 
 impl Registry {
@@ -32,10 +33,19 @@ impl Registry {
         let id = ExecId::parse(id)?;
         let launch: LaunchSpec = record::read_json(&self.cfg.layout.launch(&id))
             .map_err(AgentError::io("reading launch spec"))?;
-        let _permit = CHECKS.try_acquire().map_err(|_| {
+        // Held by the check's thread, not this handler: a caller that goes away does not free
+        // a slot while the thread still dials.
+        let permit = CHECKS.try_acquire().map_err(|_| {
             AgentError::TooManyRequests("too many port checks at once on this node".into())
         })?;
         let (pid, start) = (launch.container_pid, launch.container_start);
+        let Some(start) = start else {
+            // Without the init's start time a reused pid could not be told apart.
+            return Ok(ProbeResult {
+                ready: false,
+                message: "the container's init process cannot be identified (no start time)".into(),
+            });
+        };
         let ns = match File::open(format!("/proc/{pid}/ns/net")) {
             Ok(f) => f,
             Err(e) => {
@@ -47,7 +57,7 @@ impl Registry {
         };
         // Opened, then checked: the namespace is the container's only if its init (same pid,
         // same start time) still ran after the open — never a reused pid's.
-        if !procfs::alive(pid, start) {
+        if !procfs::alive(pid, Some(start)) {
             return Ok(ProbeResult {
                 ready: false,
                 message: "the container has ended".into(),
@@ -58,6 +68,7 @@ impl Registry {
             .name("port-check".into())
             .stack_size(128 * 1024)
             .spawn(move || {
+                let _permit = permit;
                 // This thread alone changes namespace, and ends after the check.
                 let r = match setns(&ns, CloneFlags::CLONE_NEWNET) {
                     Err(e) => ProbeResult {

@@ -55,14 +55,17 @@ def test_start_and_wait_gives_the_exit_code(sb, pod):
 
 def test_wait_for_log_then_logs_after_its_cursor_neither_repeat_nor_skip(sb, pod):
     # The matched line and what follows it arrive in one write: the cursor points inside it.
-    script = "printf 'one\\nready on 8080\\nafter-1\\n'; sleep 1; echo after-2; printf tail"
+    # A stderr line first: a cursor made while reading stdout only must still count it.
+    script = "echo warn >&2; sleep 0.2; printf 'one\\nready on 8080\\nafter-1\\n'; sleep 1; echo after-2; printf tail"
     p = sb.start(pod, ["sh", "-c", script], id="py-log")
-    m = p.wait_for_log(r"^ready on [0-9]+$", timeout=MIN)
+    m = p.wait_for_log(r"^ready on [0-9]+$", stream="stdout", timeout=MIN)
     assert (m.line, m.stream) == ("ready on 8080", "stdout")
     after = read_all(p, m.cursor)
     assert after == "after-1\nafter-2\ntail"
     whole = read_all(p)
-    assert whole == "one\nready on 8080\n" + after
+    assert whole == "warn\none\nready on 8080\n" + after
+    filtered = b"".join(ev.data for ev in p.logs(after=m.cursor, stream="stdout") if ev.type == "data")
+    assert filtered.decode() == after, "filtered read after the cursor"
     m2 = p.wait_for_log("^after", stream="stdout", after=m.cursor, timeout=MIN)
     assert m2.line == "after-1"
     assert p.wait_for_log("^tail$", after=m2.cursor, timeout=MIN).line == "tail"
@@ -71,9 +74,9 @@ def test_wait_for_log_then_logs_after_its_cursor_neither_repeat_nor_skip(sb, pod
     assert e.value.code == "ExitedBeforeLog"
     # limit_bytes cuts inside an event; reading on from its cursor continues exactly there.
     evs = list(p.logs(limit_bytes=6))
-    assert b"".join(ev.data for ev in evs if ev.type == "data") == b"one\nre"
+    assert b"".join(ev.data for ev in evs if ev.type == "data") == b"warn\no"
     assert evs[-1].type == "end" and not evs[-1].ended
-    assert "one\nre" + read_all(p, evs[-1].cursor) == whole
+    assert "warn\no" + read_all(p, evs[-1].cursor) == whole
     p.delete()
 
 

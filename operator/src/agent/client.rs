@@ -129,13 +129,13 @@ impl AgentClient {
         Ok(())
     }
 
-    /// The URL of the agent pod at `ip` serving `node`.
     /// Agents are reached over mutual TLS, pinned to the node's name: a request sent to a
     /// stale address fails the handshake instead of reaching another pod.
     pub fn pins_node_identity(&self) -> bool {
         self.inner.tls_namespace.is_some()
     }
 
+    /// The URL of the agent pod at `ip` serving `node`.
     pub fn url_for(&self, node: &str, ip: &str, port: u16) -> String {
         match &self.inner.tls_namespace {
             None if ip.contains(':') => format!("http://[{ip}]:{port}"),
@@ -328,7 +328,7 @@ impl AgentClient {
         let r = self
             .http(url)?
             .post(format!("{url}/v1/processes/{id}/probe"))
-            // Two dials of at most 1 s each on the agent, and the way there.
+            // The agent bounds one check to a few seconds (two addresses), and the way there.
             .timeout(Duration::from_secs(10))
             .json(probe);
         let resp = self.send(url, r).await?;

@@ -8,12 +8,13 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, cast
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 from .errors import (
     ApiError,
@@ -294,9 +295,9 @@ class Sandbox:
     def list(self, selector: Optional[str] = None) -> List[Dict[str, Any]]:
         """The namespace's SandboxProcess objects (their status says how each is)."""
         try:
-            got = self._objects.list_namespaced_custom_object(
+            got = cast(Dict[str, Any], self._objects.list_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, label_selector=selector
-            )
+            ))
         except ApiException as e:
             raise _api_error(e) from None
         return list(got.get("items") or [])
@@ -410,7 +411,10 @@ class _Reader:
         """(type, fields, start) per event; ``start`` is the position before a data event."""
         broken = unavailable = 0
         while not self.done:
-            filter_here = self.skip > 0 and self.stream != "both"
+            # Positions count every event of both streams (a "+n" cursor is n bytes into the
+            # next event after the cursor, whatever its stream): a filtered read asks for both
+            # and filters here, so it steps over the events a position must count.
+            filter_here = self.stream != "both"
             q = [("stream", "both" if filter_here else self.stream)]
             if self.follow:
                 q.append(("follow", "true"))
@@ -421,8 +425,8 @@ class _Reader:
             try:
                 resp = self.p._sandbox._raw("GET", self.p._path("log"), q)
             except ApiError as e:
-                # A follow outlives a moment without an agent (a restart, a rollout).
-                if self.follow and e.status == 503 and unavailable < 60:
+                # A follow outlives a moment without an agent or API server (a restart, a rollout).
+                if self.follow and e.transient and unavailable < 60:
                     unavailable += 1
                     time.sleep(0.5)
                     continue
@@ -433,6 +437,7 @@ class _Reader:
                     if not line.strip():
                         continue
                     ev = json.loads(line)
+                    broken = unavailable = 0  # progress: each outage gets its own retries
                     t = ev.get("type")
                     if t == "data":
                         data = base64.b64decode(ev["data"])
@@ -474,7 +479,7 @@ class _Reader:
                         self.done = True
                         yield "end", {"cursor": ev["cursor"], "ended": ev.get("record") is not None}, (None, 0)
                         return
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, Urllib3Error) as e:
                 if isinstance(e, json.JSONDecodeError) or not self.follow or broken >= 5:
                     raise StreamBroken(f"reading the output of sandboxprocess {self.p.name}: {e}") from None
                 broken += 1
@@ -558,9 +563,9 @@ class Process:
 
     def object(self) -> Dict[str, Any]:
         try:
-            return self._sandbox._objects.get_namespaced_custom_object(
+            return cast(Dict[str, Any], self._sandbox._objects.get_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, self.name
-            )
+            ))
         except ApiException as e:
             if e.status == 404:
                 raise NotFound(f"sandboxprocess {self.name} not found") from None
@@ -575,13 +580,23 @@ class Process:
         deadline = None if timeout is None else time.monotonic() + timeout
         objects = self._sandbox._objects
         selector = f"metadata.name={self.name}"
+        failures = 0
         while True:
             try:
-                got = objects.list_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, field_selector=selector
-                )
-            except ApiException as e:
-                raise _api_error(e) from None
+                got = cast(Dict[str, Any], objects.list_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, field_selector=selector,
+                    _request_timeout=30,
+                ))
+            except (ApiException, Urllib3Error, OSError) as e:
+                err = _api_error(e) if isinstance(e, ApiException) else ApiError(0, "Transport", str(e))
+                # An API server restart or a cut connection: retried, within the deadline.
+                if not err.transient or failures >= 30 or (
+                        deadline is not None and time.monotonic() >= deadline):
+                    raise err from None
+                failures += 1
+                time.sleep(min(5.0, 0.2 * failures))
+                continue
+            failures = 0
             items = got.get("items") or []
             if not items:
                 raise NotFound(f"sandboxprocess {self.name} not found")
@@ -610,7 +625,7 @@ class Process:
             except ApiException as e:
                 if e.status != 410:  # expired: relist
                     raise _api_error(e) from None
-            except (OSError, ValueError):
+            except (OSError, ValueError, Urllib3Error):
                 pass  # a cut watch: relist and watch again
 
     def wait(self, timeout: Optional[float] = None) -> Exit:
@@ -779,10 +794,10 @@ class Process:
             return Killed("already_ended", message=said)
         if signal is None:
             try:
-                o = self._sandbox._objects.patch_namespaced_custom_object(
+                o = cast(Dict[str, Any], self._sandbox._objects.patch_namespaced_custom_object(
                     GROUP, VERSION, self.namespace, PLURAL, self.name, {"spec": {"stop": True}},
                     _content_type="application/merge-patch+json",
-                )
+                ))
             except ApiException as e:
                 raise _api_error(e) from None
             spec = o.get("spec") or {}
@@ -831,8 +846,11 @@ class Process:
                     time.sleep(0.25 * min(failures, 8))
                     continue
                 raise
-            if s["bytes"] >= end and (not close or s.get("closed")):
-                return s["bytes"]
+            if s["bytes"] > end:
+                raise ApiError(409, "Conflict", f"StdinOffsetMismatch: stdin of sandboxprocess {self.name} "
+                               f"is at byte {s['bytes']}, beyond this write ({start}..{end}): another writer?")
+            if s["bytes"] == end and (not close or s.get("closed")):
+                return end
             if s["bytes"] > offset:
                 offset, idle = s["bytes"], 0.005
             else:
@@ -846,6 +864,29 @@ class Process:
         for i in range(0, len(data), 256 << 10):
             out = self._send(out, data[i:i + (256 << 10)], False)
         return out
+
+    def send_stdin_at(self, offset: int, data: bytes) -> int:
+        """Like :meth:`send_stdin`, starting at the caller's ``offset``: retrying a call that
+        failed part-way with the same offset and bytes sends only what stdin has not taken
+        (exactly once across calls, not only within one)."""
+        out = offset
+        for i in range(0, len(data), 256 << 10):
+            out = self._send(out, data[i:i + (256 << 10)], False)
+        return out
+
+    def pump_stdin(self, source: Any) -> int:
+        """Copies a binary file-like ``source`` (``.read(n)``) to its stdin from where it is, in
+        order and exactly once, then closes it; the bytes sent."""
+        state = self.stdin_state()
+        if state.get("closed"):
+            raise ApiError(409, "Conflict", f"StdinUnavailable: stdin of sandboxprocess {self.name} is closed")
+        begin = at = state["bytes"]
+        while True:
+            chunk = source.read(256 << 10)
+            if not chunk:
+                self._send(at, b"", True)
+                return at - begin
+            at = self._send(at, chunk, False)
 
     def close_stdin(self) -> None:
         s = self.stdin_state()
