@@ -454,14 +454,22 @@ pub(crate) fn encode(s: &str) -> String {
 }
 
 /// Complete lines of one stream's output, as `logMatch` readiness sees them: a line counts once
-/// its newline arrives (or, for a last line without one, at the end of the output).
+/// its newline arrives (or, for a last line without one, at the end of the output); a `\r`
+/// before the newline stays part of the line, as there.
 #[derive(Default)]
 pub(crate) struct Lines2 {
     partial: [Vec<u8>; 2],
 }
 
-/// Most bytes of one line kept for matching (longer lines are matched on their first bytes).
+/// Most bytes of one line kept for matching: its last 64 KiB, as `readiness.logMatch` keeps.
 const MAX_LINE: usize = 64 << 10;
+
+fn keep_last(buf: &mut Vec<u8>) {
+    if buf.len() > MAX_LINE {
+        let cut = buf.len() - MAX_LINE;
+        buf.drain(..cut);
+    }
+}
 
 impl Lines2 {
     /// Feeds one event's bytes; calls `f(line, end)` for each complete line, `end` being the
@@ -478,19 +486,23 @@ impl Lines2 {
             if *b != b'\n' {
                 continue;
             }
-            let room = MAX_LINE.saturating_sub(buf.len());
-            buf.extend_from_slice(&data[from..i][..room.min(i - from)]);
+            buf.extend_from_slice(&data[from..i]);
+            keep_last(buf);
             let line = std::mem::take(buf);
-            let line = line.strip_suffix(b"\r").unwrap_or(&line);
-            if f(line) {
+            if f(&line) {
                 return Some(i + 1);
             }
             from = i + 1;
         }
-        let room = MAX_LINE.saturating_sub(buf.len());
-        let rest = &data[from..];
-        buf.extend_from_slice(&rest[..room.min(rest.len())]);
+        buf.extend_from_slice(&data[from..]);
+        keep_last(buf);
         None
+    }
+
+    /// Output was dropped (a retention gap): a partial line before it is not completed by
+    /// what follows the gap.
+    pub fn gap(&mut self) {
+        self.partial = Default::default();
     }
 
     /// The output ended: the last lines without a newline are complete.
@@ -545,6 +557,12 @@ mod tests {
         assert!(seen.is_empty(), "a partial line is not matched");
         let hit = l.feed(LogStream::Stdout, b"tial\r\nnext\nrest", |x| x == b"next");
         assert_eq!(hit, Some(11), "just after the matched line's newline");
+        let mut l = Lines2::default();
+        assert_eq!(
+            l.feed(LogStream::Stdout, b"crlf\r\n", |x| x == b"crlf\r"),
+            Some(6),
+            "\\r kept"
+        );
         // Streams are kept apart.
         let mut l = Lines2::default();
         l.feed(LogStream::Stdout, b"ab", |_| false);

@@ -461,7 +461,7 @@ impl Process {
                         });
                     }
                 }
-                Read::Truncated { .. } => {}
+                Read::Truncated { .. } => lines.gap(),
                 Read::End { cursor, .. } => {
                     // The output is complete: a last line without a newline counts now.
                     let mut found = None;

@@ -18,6 +18,7 @@ def test_lines_split_at_newlines_only():
     lines = _Lines()
     assert lines.feed("stdout", b"par", lambda _: True) is None, "a partial line is not matched"
     assert lines.feed("stdout", b"tial\r\nnext\nrest", lambda x: x == b"next") == (11, b"next")
+    assert _Lines().feed("stdout", b"crlf\r\n", lambda x: x == b"crlf\r") == (6, b"crlf\r"), "\\r kept"
     lines = _Lines()
     lines.feed("stdout", b"ab", lambda _: False)
     assert lines.feed("stderr", b"cd\n", lambda x: x == b"cd") == (3, b"cd")

@@ -528,15 +528,18 @@ class _Lines:
             i = data.find(b"\n", start)
             if i < 0:
                 break
-            line = (self.partial[stream] + data[start:i])[: self.MAX_LINE]
+            # The last 64 KiB of a long line, and a "\r" kept, as readiness.logMatch does.
+            line = (self.partial[stream] + data[start:i])[-self.MAX_LINE:]
             self.partial[stream] = b""
-            if line.endswith(b"\r"):
-                line = line[:-1]
             if match(line):
                 return i + 1, line
             start = i + 1
-        self.partial[stream] = (self.partial[stream] + data[start:])[: self.MAX_LINE]
+        self.partial[stream] = (self.partial[stream] + data[start:])[-self.MAX_LINE:]
         return None
+
+    def gap(self) -> None:
+        """Output was dropped: a partial line is not completed by what follows the gap."""
+        self.partial = {"stdout": b"", "stderr": b""}
 
     def finish(self, match: Callable[[bytes], bool]) -> Optional[Tuple[str, bytes]]:
         for s in ("stdout", "stderr"):
@@ -697,6 +700,8 @@ class Process:
                         cursor = f["cursor"] if end == len(f["data"]) else _render_cursor(start[0], start[1] + end)
                         result.append(LogMatch(f["stream"], line.decode("utf-8", "replace"), cursor))
                         return
+                elif t == "truncated":
+                    lines.gap()
                 elif t == "end":
                     last = lines.finish(matches)
                     if last:
