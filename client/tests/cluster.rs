@@ -218,6 +218,19 @@ async fn kill_with_a_signal_is_128_plus_n() {
         .await
         .unwrap();
     p.wait_started(MIN).await.unwrap();
+    // Local deadlines end the waits, not the process.
+    let two = Some(Duration::from_secs(2));
+    let e = p
+        .wait_for_log("never", LogStream::Both, None, two)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "Timeout", "{e}");
+    let e = p.output(None, two).await.unwrap_err();
+    assert_eq!(e.code(), "Timeout", "{e}");
+    assert_eq!(
+        p.status().await.unwrap().phase,
+        Some(sandbox_client::Phase::Running)
+    );
     assert_eq!(
         p.kill(Some(10)).await.unwrap(),
         sandbox_client::Killed::Signalled(10)

@@ -103,6 +103,12 @@ def test_wait_for_port_sees_a_server_on_the_pods_loopback(sb, pod):
 def test_kill_with_a_signal_is_128_plus_n(sb, pod):
     p = sb.start(pod, ["sleep", "300"], id="py-kill")
     p.wait_started(timeout=MIN)
+    # Local deadlines end the waits, not the process.
+    with pytest.raises(WaitTimeout):
+        p.wait_for_log("never", timeout=2)
+    with pytest.raises(WaitTimeout):
+        p.output(timeout=2)
+    assert p.status()["phase"] == "Running"
     assert p.kill(10).kind == "signalled"
     e = p.wait(timeout=MIN)
     assert (e.code, e.signal) == (138, 10)

@@ -403,6 +403,18 @@ class _Reader:
         self.agent, self.skip = _parse_cursor(after) if after is not None else (None, 0)
         self.budget = limit_bytes
         self.done = False
+        self.resp: Any = None
+
+    def cancel(self) -> None:
+        """Ends the read from another thread (a local deadline): the open response is closed
+        and no reconnect follows, so neither a connection nor the agent's follow slot is held."""
+        self.done = True
+        r = self.resp
+        if r is not None:
+            try:
+                r.response.close()
+            except Exception:  # already closed
+                pass
 
     def position(self) -> str:
         return _render_cursor(self.agent, self.skip)
@@ -424,6 +436,7 @@ class _Reader:
                 q.append(("maxBytes", str(max(1, self.budget + self.skip))))
             try:
                 resp = self.p._sandbox._raw("GET", self.p._path("log"), q)
+                self.resp = resp
             except ApiError as e:
                 # A follow outlives a moment without an agent or API server (a restart, a rollout).
                 if self.follow and e.transient and unavailable < 60:
@@ -480,6 +493,8 @@ class _Reader:
                         yield "end", {"cursor": ev["cursor"], "ended": ev.get("record") is not None}, (None, 0)
                         return
             except (OSError, ValueError, Urllib3Error) as e:
+                if self.done:
+                    return  # cancelled
                 if isinstance(e, json.JSONDecodeError) or not self.follow or broken >= 5:
                     raise StreamBroken(f"reading the output of sandboxprocess {self.p.name}: {e}") from None
                 broken += 1
@@ -489,6 +504,8 @@ class _Reader:
                 resp.response.release_conn()
             if more:
                 continue
+            if self.done:
+                return  # cancelled
             # Cut without an end event: resume a follow from the last cursor.
             if self.follow and broken < 5:
                 broken += 1
@@ -710,7 +727,8 @@ class Process:
                     raise ExitedBeforeLog(f"sandboxprocess {self.name} ended before its output matched {pattern!r}")
 
         _with_deadline(scan, deadline, lambda: WaitTimeout(
-            f"timed out after {timeout}s waiting for sandboxprocess {self.name} to log a matching line"))
+            f"timed out after {timeout}s waiting for sandboxprocess {self.name} to log a matching line"),
+            r.cancel)
         return result[0]
 
     def wait_for_port(self, port: int, http_path: Optional[str] = None,
@@ -774,19 +792,26 @@ class Process:
         truncated = [False]
         cap = max_bytes if max_bytes is not None else float("inf")
 
+        reader = _Reader(self, True, None, "both", None)
+
         def collect() -> None:
-            for ev in self.logs(follow=True):
-                if ev.type == "data":
-                    b = bufs[ev.stream or "stdout"]
-                    room = int(max(0, cap - len(b))) if cap != float("inf") else len(ev.data)
-                    if len(ev.data) > room:
+            try:
+                for t, f, _ in reader.events():
+                    if t == "data":
+                        b = bufs[f["stream"]]
+                        data = f["data"]
+                        room = int(max(0, cap - len(b))) if cap != float("inf") else len(data)
+                        if len(data) > room:
+                            truncated[0] = True
+                        b.extend(data[:room])
+                    elif t == "truncated":
                         truncated[0] = True
-                    b.extend(ev.data[:room])
-                elif ev.type == "truncated":
-                    truncated[0] = True
+            except SandboxError as e:
+                raise self._explain(e) from None
 
         _with_deadline(collect, deadline, lambda: WaitTimeout(
-            f"timed out after {timeout}s waiting for sandboxprocess {self.name} to end"))
+            f"timed out after {timeout}s waiting for sandboxprocess {self.name} to end"),
+            reader.cancel)
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         done = self._until(is_final, "end", left)
         return Output(bytes(bufs["stdout"]), bytes(bufs["stderr"]), exit_of(done), truncated[0])
@@ -908,9 +933,11 @@ class Process:
                 raise _api_error(e) from None
 
 
-def _with_deadline(fn: Callable[[], None], deadline: Optional[float], timeout_error: Callable[[], SandboxError]) -> None:
+def _with_deadline(fn: Callable[[], None], deadline: Optional[float],
+                   timeout_error: Callable[[], SandboxError],
+                   cancel: Optional[Callable[[], None]] = None) -> None:
     """Runs ``fn`` in a thread and gives up at ``deadline`` (a blocked read cannot be
-    interrupted otherwise; the thread ends with its connection)."""
+    interrupted otherwise); ``cancel`` then closes what the thread reads, so it ends too."""
     if deadline is None:
         fn()
         return
@@ -928,6 +955,8 @@ def _with_deadline(fn: Callable[[], None], deadline: Optional[float], timeout_er
     t.start()
     t.join(max(0.0, deadline - time.monotonic()))
     if t.is_alive():
+        if cancel is not None:
+            cancel()
         raise timeout_error()
     if box:
         raise box[0]
