@@ -6,13 +6,13 @@ import json
 import math
 import re
 import secrets
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, cast
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
@@ -410,10 +410,15 @@ class _Reader:
         and no reconnect follows, so neither a connection nor the agent's follow slot is held."""
         self.done = True
         r = self.resp
-        if r is not None:
+        conn = getattr(getattr(r, "response", None), "connection", None)
+        sock = getattr(conn, "sock", None)
+        if sock is not None:
+            # A shutdown, not close(): close() waits for the reading thread's lock, i.e. for
+            # the next byte. The plain socket's shutdown (SSLSocket's would drop the TLS state
+            # under the reader): its blocked read returns at once and it sees `done`.
             try:
-                r.response.close()
-            except Exception:  # already closed
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
                 pass
 
     def position(self) -> str:
@@ -626,22 +631,29 @@ class Process:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise WaitTimeout(f"timed out after {timeout}s waiting for sandboxprocess {self.name} to {what}")
-            w = k8s_watch.Watch()
+            # Our own watch request, not kubernetes.watch.Watch: that one starts again by
+            # itself when the server ends a watch, so an idle wait would outlive its deadline.
             window = 300 if left is None else max(1, min(300, math.ceil(left)))
             try:
-                for ev in w.stream(
-                    objects.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL,
-                    field_selector=selector, resource_version=rv, timeout_seconds=window,
-                    _request_timeout=window + 10,
-                ):
-                    if ev["type"] == "DELETED":
-                        raise NotFound(f"sandboxprocess {self.name} was deleted")
-                    if ev["type"] in ("ADDED", "MODIFIED") and cond(ev["object"]):
-                        w.stop()
-                        return ev["object"]
-                    if deadline is not None and time.monotonic() >= deadline:
-                        w.stop()
-                        break
+                resp: Any = objects.list_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, field_selector=selector,
+                    resource_version=rv, watch=True, timeout_seconds=window,
+                    _preload_content=False, _request_timeout=(30, window + 30),
+                )
+                try:
+                    for line in _lines(resp):
+                        if not line.strip():
+                            continue
+                        ev = json.loads(line)
+                        kind, obj = ev.get("type"), ev.get("object") or {}
+                        if kind == "DELETED":
+                            raise NotFound(f"sandboxprocess {self.name} was deleted")
+                        if kind == "ERROR":
+                            break  # expired (410) and the like: list again
+                        if kind in ("ADDED", "MODIFIED") and cond(obj):
+                            return cast(Dict[str, Any], obj)
+                finally:
+                    resp.release_conn()
             except ApiException as e:
                 if e.status != 410:  # expired: relist
                     raise _api_error(e) from None
