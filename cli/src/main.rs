@@ -239,8 +239,15 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     if let Command::Completion(a) = &cli.command {
         let mut cmd = Cli::command();
-        clap_complete::generate(a.shell, &mut cmd, "kubectl-sandbox", &mut std::io::stdout());
-        return Ok(0);
+        // Into a buffer: clap_complete panics when its writer fails (a reader that closed the
+        // pipe early, `| head`); a closed pipe is simply the end here.
+        let mut script = Vec::new();
+        clap_complete::generate(a.shell, &mut cmd, "kubectl-sandbox", &mut script);
+        use std::io::Write;
+        return match std::io::stdout().write_all(&script) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+            _ => Ok(0),
+        };
     }
     let (client, namespace) = cli.kube.connect().await?;
     let sb = Sandbox::new(client, namespace).with_field_manager("kubectl-sandbox");
