@@ -185,22 +185,21 @@ impl Sandbox {
     /// The namespace's SandboxProcesses (their status says how each is), optionally by label
     /// selector.
     pub async fn list(&self, selector: Option<&str>) -> Result<Vec<SandboxProcess>> {
-        let mut lp = ListParams::default();
-        if let Some(s) = selector {
-            lp = lp.labels(s);
-        }
-        Ok(self.api().list(&lp).await?.items)
+        Ok(self.api().list(&list_params(selector)).await?.items)
     }
 
     /// Every namespace's SandboxProcesses (needs cluster-wide list).
     pub async fn list_all_namespaces(&self, selector: Option<&str>) -> Result<Vec<SandboxProcess>> {
-        let mut lp = ListParams::default();
-        if let Some(s) = selector {
-            lp = lp.labels(s);
-        }
         Ok(Api::<SandboxProcess>::all(self.client.clone())
-            .list(&lp)
+            .list(&list_params(selector))
             .await?
             .items)
+    }
+}
+
+fn list_params(selector: Option<&str>) -> ListParams {
+    match selector {
+        Some(s) => ListParams::default().labels(s),
+        None => ListParams::default(),
     }
 }

@@ -588,13 +588,10 @@ impl Process {
     /// Appends `data` to its stdin, exactly once (a lost reply is retried by offset), waiting
     /// while the process does not read; the offset after it. Needs `spec.stdin`.
     pub async fn send_stdin(&self, data: &[u8]) -> Result<u64> {
-        let url = self.url("stdin");
-        let mut at = crate::stdin::state(&self.client, &url).await?.bytes;
-        // In writes the subresource takes (at most 1 MiB each).
-        for piece in data.chunks(crate::stdin::CHUNK) {
-            at = crate::stdin::send(&self.client, &url, &self.name, at, piece, false).await?;
-        }
-        Ok(at)
+        let at = crate::stdin::state(&self.client, &self.url("stdin"))
+            .await?
+            .bytes;
+        self.send_stdin_at(at, data).await
     }
 
     /// Like [`Process::send_stdin`], with the offset `data` starts at given by the caller: a
@@ -603,6 +600,7 @@ impl Process {
     pub async fn send_stdin_at(&self, offset: u64, data: &[u8]) -> Result<u64> {
         let url = self.url("stdin");
         let mut at = offset;
+        // In writes the subresource takes (at most 1 MiB each).
         for piece in data.chunks(crate::stdin::CHUNK) {
             at = crate::stdin::send(&self.client, &url, &self.name, at, piece, false).await?;
         }

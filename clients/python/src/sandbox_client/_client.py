@@ -901,11 +901,7 @@ class Process:
 
     def send_stdin(self, data: bytes) -> int:
         """Appends ``data`` to its stdin exactly once (retries by offset); the offset after it."""
-        at = self.stdin_state()["bytes"]
-        out = at
-        for i in range(0, len(data), 256 << 10):
-            out = self._send(out, data[i:i + (256 << 10)], False)
-        return out
+        return self.send_stdin_at(self.stdin_state()["bytes"], data)
 
     def send_stdin_at(self, offset: int, data: bytes) -> int:
         """Like :meth:`send_stdin`, starting at the caller's ``offset``: retrying a call that
