@@ -36,12 +36,27 @@ CLUSTER_DOMAIN=cluster.local
 SA_ISSUER=https://kubernetes.default.svc.cluster.local
 CGROUP_PARENT=/spo-e2e          # kubelet cgroupRoot: every pod cgroup lives below it
 MANGLE_CHAIN=SPO-E2E-FORWARD
+NODE_NET=10.245.0.0/24          # node IPs: node K is 10.245.0.K (nodes 2.. live in netns spo-nK)
+APISERVER_IP=10.245.0.1         # where nodes 2.. reach the API server (node 1's IP)
+
+# What differs per node. These are node 1's; node_env K (lib/nodes.sh) sets node K's in a subshell.
+NSTATE=$STATE                   # the node's own state: kubelet root, CNI IPAM, pod logs
+NODE_SUFFIX=""                  # pid/log name suffix of the node's components ("@nK")
+NODE_NETNS=""                   # network namespace of the node's components ("": the host's)
+NODE_MNT=""                     # mount namespace file of the node's components ("": the host's)
+NODE_CGROUP=""                  # cgroup of the node's processes, daemons included ("": none)
+KUBELET_CGROUP_ROOT=$CGROUP_PARENT
+KUBELET_CERT=kubelet            # client certificate (system:node:NAME) in $PKI
+KUBELET_SERVING=kubelet-serving
+HEALTH_ADDR=127.0.0.1           # where kubelet and kube-proxy serve healthz
+API_URL=https://127.0.0.1:6443  # the API server as the node's components reach it
 
 # containerd: our own root/state, the default sockets and the default runc root
 # (/run/containerd/runc/k8s.io is where the node agent finds the containers).
 CONTAINERD_ROOT=$STATE/containerd
 CONTAINERD_STATE=$RUN/containerd
 CRI_SOCKET=/run/containerd/containerd.sock
+CRI_SOCKET_HOST=$CRI_SOCKET     # the node's CRI socket as this host sees it
 RUNC=/usr/sbin/runc
 RUNC_ROOT=/run/containerd/runc/k8s.io
 CTR_NS=k8s.io
@@ -50,6 +65,7 @@ PAUSE_IMAGE=localhost/spo-e2e/pause:$K8S_VERSION
 WORKLOAD_IMAGE=localhost/sandbox-workload:e2e
 
 COMPONENTS="etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
+NODE_COMPONENTS="containerd kubelet kube-proxy"   # what nodes 2.. run
 # TCP ports the cluster listens on; all must be free before a fresh start.
 PORTS="2379 2380 6443 10248 10249 10250 10256 10257 10259"
 

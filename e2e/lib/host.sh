@@ -100,9 +100,9 @@ check_ports() {
 
 # The node IP sits on a bridge without ports (this kernel has no dummy device); the service CIDR is
 # routed to it so ClusterIP traffic that kube-proxy does not rewrite dies there instead of leaving
-# the machine. Pods get the CNI bridge, routes to the service CIDR and the node IP only (no default
-# route), and forwarding is on for that bridge alone; a mangle rule drops anything forwarded from
-# it to another interface.
+# the machine. Pods get the CNI bridge, routes to the service CIDR, the cluster's pods and the node
+# IPs only (no default route); forwarding is on for the two bridges alone, and mangle rules drop
+# anything forwarded from them to any other interface.
 setup_network() {
   ip link add "$NODE_IF" type bridge
   sysctl -qw "net.ipv6.conf.$NODE_IF.disable_ipv6=1" 2>/dev/null || true
@@ -113,8 +113,18 @@ setup_network() {
   ip addr add "$POD_GATEWAY/${POD_SUBNET#*/}" dev "$CNI_BRIDGE"
   ip link set "$CNI_BRIDGE" up
   echo 1 >"/proc/sys/net/ipv4/conf/$CNI_BRIDGE/forwarding"
+  # Nodes 2.. (lib/nodes.sh) hang off the node bridge by veth: their IPs are on its link, their
+  # pods routed through them; the host forwards between them and node 1's pods, nowhere else.
+  ip route add "$NODE_NET" dev "$NODE_IF" src "$NODE_IP"
+  echo 1 >"/proc/sys/net/ipv4/conf/$NODE_IF/forwarding"
+  echo 0 >"/proc/sys/net/ipv4/conf/$NODE_IF/send_redirects"
   iptables -t mangle -N "$MANGLE_CHAIN"
+  iptables -t mangle -A "$MANGLE_CHAIN" -i "$CNI_BRIDGE" -o "$NODE_IF" -d "$CLUSTER_CIDR" -j RETURN
+  iptables -t mangle -A "$MANGLE_CHAIN" -i "$CNI_BRIDGE" -o "$NODE_IF" -d "$NODE_NET" -j RETURN
   iptables -t mangle -A "$MANGLE_CHAIN" -i "$CNI_BRIDGE" ! -o "$CNI_BRIDGE" -j DROP
+  iptables -t mangle -A "$MANGLE_CHAIN" -i "$NODE_IF" -o "$CNI_BRIDGE" -j RETURN
+  iptables -t mangle -A "$MANGLE_CHAIN" -i "$NODE_IF" -o "$NODE_IF" -j RETURN
+  iptables -t mangle -A "$MANGLE_CHAIN" -i "$NODE_IF" -j DROP
   iptables -t mangle -I FORWARD -j "$MANGLE_CHAIN"
 }
 
@@ -247,11 +257,14 @@ cleanup_cni_cache() {
   rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
 }
 
-# Mount points below our state dirs, deepest first.
-our_mounts() {
-  awk '{print $5}' /proc/self/mountinfo | while read -r m; do printf '%b\n' "$m"; done |
-    awk -v a="$STATE" -v b="$RUN" '$0 == a || $0 == b || index($0, a "/") == 1 || index($0, b "/") == 1' | sort -r -u
+# Mount points at or below each of DIRS in the mountinfo on stdin, deepest first.
+mounts_below() {
+  awk '{print $5}' | while read -r m; do printf '%b\n' "$m"; done | sort -r -u |
+    awk -v dirs="$*" 'BEGIN { n = split(dirs, d, " ") } { for (i = 1; i <= n; i++) if ($0 == d[i] || index($0, d[i] "/") == 1) { print; next } }'
 }
+
+# Mount points below our state dirs, deepest first.
+our_mounts() { mounts_below "$STATE" "$RUN" </proc/self/mountinfo; }
 
 cleanup_mounts() {
   local m _
