@@ -28,6 +28,8 @@ use crate::registry::Registry;
 /// A follower re-reads at least this often even without a wake (a missed inotify event, a
 /// full event queue): a safety net, not the way output arrives.
 const FOLLOW_FALLBACK: Duration = Duration::from_secs(5);
+/// How often an idle `/v1/watch` stream says it is alive ([`WatchEvent::Heartbeat`]).
+const WATCH_HEARTBEAT: Duration = Duration::from_secs(5);
 /// Default page for non-follow reads without maxBytes, per ledger read.
 const READ_CHUNK: u64 = 4 << 20;
 
@@ -452,9 +454,27 @@ async fn watch(State(st): State<AppState>) -> Response {
             if tx.send(line(&WatchEvent::Synced)).await.is_err() {
                 return;
             }
+            let mut beat = tokio::time::interval_at(
+                tokio::time::Instant::now() + WATCH_HEARTBEAT,
+                WATCH_HEARTBEAT,
+            );
+            beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                match sub.recv().await {
+                let next = tokio::select! {
+                    ev = sub.recv() => ev,
+                    _ = beat.tick() => {
+                        let ev = WatchEvent::Heartbeat {
+                            interval_ms: WATCH_HEARTBEAT.as_millis() as u64,
+                        };
+                        if tx.send(line(&ev)).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                };
+                match next {
                     Ok(ev) => {
+                        beat.reset();
                         if tx.send(line(&ev)).await.is_err() {
                             return;
                         }

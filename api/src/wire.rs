@@ -507,6 +507,11 @@ pub enum WatchEvent {
     Deleted { exec_id: String },
     /// The initial list is complete.
     Synced,
+    /// Sent every `interval_ms` while nothing else is: a reader that hears nothing for a few
+    /// intervals knows the agent is gone even when the connection gives no sign (a partitioned
+    /// or powered-off node sends no reset). Readers that do not know it skip it.
+    #[serde(rename_all = "camelCase")]
+    Heartbeat { interval_ms: u64 },
 }
 
 #[cfg(test)]

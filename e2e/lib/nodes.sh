@@ -17,6 +17,10 @@
 
 NODE_DIRS="/run/containerd /var/lib/sandbox-agent /var/lib/sandbox-agent-e2e /var/lib/cni /var/log/containers"
 
+# node_dir DIR: where node K keeps DIR, as the host sees it: below its /run (lost at power-off) or
+# its state dir (its disk).
+node_dir() { case $1 in /run/*) echo "$NRUN/dirs$1" ;; *) echo "$NSTATE/dirs$1" ;; esac; }
+
 # node_env K: the per-node variables of lib/common.sh set to node K's (call in a subshell).
 node_env() {
   local k=$1
@@ -29,7 +33,7 @@ node_env() {
   CONF=$NSTATE/conf
   CONTAINERD_ROOT=$NSTATE/containerd
   CONTAINERD_STATE=$NRUN/containerd
-  CRI_SOCKET_HOST=$NRUN/dirs/run/containerd/containerd.sock
+  CRI_SOCKET_HOST=$NRUN/dirs$CRI_SOCKET
   NODE_SUFFIX=@n$k
   NODE_NETNS=spo-n$k
   NODE_VETH=spo-v$k
@@ -129,7 +133,7 @@ node_mountns() {
   nsenter --mount="$NODE_MNT" -- cat /proc/self/mountinfo | mounts_below "$STATE" "$RUN" /run/netns |
     while read -r m; do nsenter --mount="$NODE_MNT" -- umount -l "$m" 2>/dev/null || true; done
   for d in $NODE_DIRS; do
-    src=$NRUN/dirs$d
+    src=$(node_dir "$d")
     mkdir -p "$d" "$src"
     nsenter --mount="$NODE_MNT" -- mount --bind "$src" "$d" || die "node $NODE_NAME: bind mount of $src on $d failed"
   done

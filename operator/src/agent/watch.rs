@@ -12,6 +12,12 @@ use tracing::{debug, info, warn};
 use super::client::{error_chain, AgentError};
 use super::{now, Agents};
 
+/// How long a watch stream may stay silent once the agent has said it sends heartbeats every
+/// `interval_ms`: three intervals, at least 5 s (a slow agent is not a gone one).
+fn silence_limit(interval_ms: u64) -> Duration {
+    Duration::from_millis(interval_ms.saturating_mul(3)).max(Duration::from_secs(5))
+}
+
 /// What the watch cache says about one process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Cached {
@@ -86,10 +92,15 @@ impl Agents {
 
     /// Records a failed call; returns since when the agent has been unreachable.
     pub fn mark_unreachable(&self, url: &str, message: &str) -> Time {
+        self.mark_unreachable_since(url, message, now())
+    }
+
+    /// As [`Self::mark_unreachable`], for an agent known silent since `since` (its last heartbeat).
+    fn mark_unreachable_since(&self, url: &str, message: &str, since: Time) -> Time {
         let mut state = self.state.lock().unwrap();
         let s = state.entry(url.to_string()).or_default();
         s.last_error = message.to_string();
-        s.unreachable_since.get_or_insert_with(now).clone()
+        s.unreachable_since.get_or_insert(since).clone()
     }
 
     /// Keeps one watch stream per agent, forever.
@@ -162,11 +173,34 @@ impl Agents {
         // Records seen since (re)connecting, to drop the ones forgotten meanwhile at `synced`.
         let mut seen: HashSet<String> = HashSet::new();
         let mut synced = false;
-        while let Some(chunk) = body.next().await {
+        // Armed by the first heartbeat (an agent without them is read without a deadline): a
+        // partitioned or powered-off node sends no reset, so only silence tells.
+        let mut silence: Option<Duration> = None;
+        let mut last_heard = now();
+        loop {
+            let next = match silence {
+                Some(limit) => match tokio::time::timeout(limit, body.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        let message = format!(
+                            "no event or heartbeat on the watch stream for {}s",
+                            limit.as_secs()
+                        );
+                        self.mark_unreachable_since(url, &message, last_heard);
+                        return Err(AgentError::Unreachable {
+                            url: url.into(),
+                            message,
+                        });
+                    }
+                },
+                None => body.next().await,
+            };
+            let Some(chunk) = next else { break };
             let chunk = chunk.map_err(|e| AgentError::Unreachable {
                 url: url.into(),
                 message: error_chain(&e),
             })?;
+            last_heard = now();
             buf.extend_from_slice(&chunk);
             while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
                 let line: Vec<u8> = buf.drain(..=nl).collect();
@@ -177,6 +211,10 @@ impl Agents {
                         continue;
                     }
                 };
+                if let WatchEvent::Heartbeat { interval_ms } = ev {
+                    silence = Some(silence_limit(interval_ms));
+                    continue;
+                }
                 self.apply(url, ev, &mut seen, &mut synced);
             }
         }
@@ -212,6 +250,7 @@ impl Agents {
                         changed.push(exec_id);
                     }
                 }
+                WatchEvent::Heartbeat { .. } => {}
                 WatchEvent::Synced => {
                     // A resync after a lag also ends with `synced`: drop what was not resent
                     // since the previous `synced`. (A record upserted after that `synced` and
@@ -241,5 +280,26 @@ impl Agents {
         for id in changed {
             let _ = self.notify.send(id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silence_is_three_heartbeats_and_at_least_five_seconds() {
+        assert_eq!(silence_limit(5_000), Duration::from_secs(15));
+        assert_eq!(silence_limit(100), Duration::from_secs(5));
+        assert_eq!(silence_limit(u64::MAX), Duration::from_millis(u64::MAX));
+    }
+
+    #[test]
+    fn heartbeats_are_decoded_and_older_events_unchanged() {
+        let ev: WatchEvent =
+            serde_json::from_str(r#"{"type":"heartbeat","intervalMs":5000}"#).unwrap();
+        assert_eq!(ev, WatchEvent::Heartbeat { interval_ms: 5000 });
+        let ev: WatchEvent = serde_json::from_str(r#"{"type":"synced"}"#).unwrap();
+        assert_eq!(ev, WatchEvent::Synced);
     }
 }
