@@ -143,16 +143,19 @@ node_mountns() {
 # test images), copied into node K's containerd when it lacks them: there is no registry to pull
 # from, and a DaemonSet pod on a new node would otherwise wait out ErrImageNeverPull back-offs.
 node_images() {
-  local img
+  local img tar
+  tar=$(mktemp "$NRUN/image.XXXXXX")
   for img in $(kctl get pods -A -o jsonpath='{range .items[*]}{range .spec.containers[*]}{.image}{"\n"}{end}{end}' 2>/dev/null | sort -u); do
     case $img in localhost/*) ;; *) continue ;; esac
     "$BIN/ctr" -a "$CRI_SOCKET_HOST" -n "$CTR_NS" images ls -q 2>/dev/null | grep -qxF "$img" && continue
     "$BIN/ctr" -a "$CRI_SOCKET" -n "$CTR_NS" images ls -q 2>/dev/null | grep -qxF "$img" || continue
-    "$BIN/ctr" -a "$CRI_SOCKET" -n "$CTR_NS" images export --platform "linux/amd64" - "$img" 2>/dev/null |
-      "$BIN/ctr" -a "$CRI_SOCKET_HOST" -n "$CTR_NS" images import --platform "linux/amd64" --snapshotter overlayfs - >/dev/null 2>&1 &&
+    # Through a file: `ctr images import -` cuts a piped export short ("short read").
+    "$BIN/ctr" -a "$CRI_SOCKET" -n "$CTR_NS" images export "$tar" "$img" >/dev/null 2>&1 &&
+      "$BIN/ctr" -a "$CRI_SOCKET_HOST" -n "$CTR_NS" images import --platform "linux/amd64" --snapshotter overlayfs "$tar" >/dev/null 2>&1 &&
       "$BIN/ctr" -a "$CRI_SOCKET_HOST" -n "$CTR_NS" images label "$img" io.cri-containerd.pinned=pinned >/dev/null 2>&1 ||
       log "warning: could not copy image $img to node $NODE_NAME"
   done
+  rm -f "$tar"
 }
 
 # The Node object with its pod CIDR before the kubelet registers (the kubelet adopts an existing
