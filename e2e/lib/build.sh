@@ -138,6 +138,27 @@ build_pause() {
   stamp pause "$K8S_VERSION"
 }
 
+# kube-router for NetworkPolicy (`e2e/cluster up --network-policy` builds it; not part of `all`).
+# The stamp holds the dependency bumps too, so changing one rebuilds.
+build_kube_router() {
+  local tag="$KUBE_ROUTER_VERSION $KUBE_ROUTER_DEP_BUMPS" b
+  stamp_ok kube-router "$tag" && return 0
+  log "kube-router $KUBE_ROUTER_VERSION (dependencies raised: $KUBE_ROUTER_DEP_BUMPS)"
+  local d=$WORK/kube-router m=github.com/cloudnativelabs/kube-router/v2
+  wrapper "$d" $m "$KUBE_ROUTER_VERSION" "$KUBE_ROUTER_VERSION"
+  # Minimal version selection keeps the higher versions; gobuild's package `go get` never lowers them.
+  # shellcheck disable=SC2086
+  (cd "$d" && go get "$m@$KUBE_ROUTER_VERSION" $KUBE_ROUTER_DEP_BUMPS 2>&1 |
+    grep -v '^go: \(added\|upgraded\|downgraded\|finding\|downloading\)' >&2 || true)
+  for b in $KUBE_ROUTER_DEP_BUMPS; do
+    grep -Eq "^[[:space:]]*${b%@*} ${b#*@}( |$)" "$d/go.mod" || { echo "kube-router: $b did not stick in $d/go.mod" >&2; return 1; }
+  done
+  gobuild "$d" "$KUBE_ROUTER_VERSION" \
+    -ldflags "-s -w -X $m/pkg/version.Version=$KUBE_ROUTER_VERSION -X $m/pkg/version.BuildDate=1970-01-01T00:00:00Z" \
+    -o "$BIN/kube-router" -- $m/cmd/kube-router
+  stamp kube-router "$tag"
+}
+
 main() {
   local what=${1:-all}
   case $what in

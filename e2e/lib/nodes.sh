@@ -75,15 +75,23 @@ join_cgroup() {
   done
 }
 
+# have_cert NAME: $PKI/NAME.crt is a certificate with its key (a run killed while signing leaves
+# an empty file behind).
+have_cert() { openssl x509 -noout -in "$PKI/$1.crt" 2>/dev/null && [ -s "$PKI/$1.key" ]; }
+
 node_pki() {
   local client="basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
-  [ -f "$PKI/$KUBELET_SERVING.crt" ] || cert "$KUBELET_SERVING" "/CN=$NODE_NAME" "basicConstraints=CA:FALSE
+  # Nodes boot in parallel and signing writes the CA's serial file: one signer at a time.
+  (
+    flock 8
+    have_cert "$KUBELET_SERVING" || cert "$KUBELET_SERVING" "/CN=$NODE_NAME" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=DNS:$NODE_NAME,DNS:localhost,IP:$NODE_IP,IP:127.0.0.1"
-  [ -f "$PKI/$KUBELET_CERT.crt" ] || cert "$KUBELET_CERT" "/O=system:nodes/CN=system:node:$NODE_NAME" "$client"
+    have_cert "$KUBELET_CERT" || cert "$KUBELET_CERT" "/O=system:nodes/CN=system:node:$NODE_NAME" "$client"
+  ) 8>"$PKI/.sign.lock"
   kubeconfig "$CONF/kubelet.kubeconfig" "$KUBELET_CERT" "$API_URL"
   kubeconfig "$CONF/kube-proxy.kubeconfig" kube-proxy "$API_URL"
 }
@@ -195,7 +203,11 @@ node_boot() {
   for c in kubelet kube-proxy; do
     wait_until "$c$NODE_SUFFIX" "$c of $NODE_NAME to report healthy" healthy "$c"
   done
+  # After a power-off shorter than the controller manager's node-monitor grace (50 s) the Node
+  # never left Ready, as with a quick reboot: the kubelet's healthz above is the boot's own sign.
   wait_until "kubelet$NODE_SUFFIX" "node $NODE_NAME to become Ready" node_ready
+  # The cluster enforces NetworkPolicy (lib/netpol.sh): this node too.
+  if netpol_running; then node_netpol_start; fi
   log "node $NODE_NAME Ready ($((SECONDS - t0))s)"
 }
 
@@ -232,7 +244,7 @@ node_off() {
     sleep 0.1
   done
   [ -z "$(node_pids)" ] || log "warning: node $NODE_NAME: processes left: $(node_pids | sort -un | tr '\n' ' ')"
-  for c in $NODE_COMPONENTS; do rm -f "$PIDS/$c$NODE_SUFFIX.pid"; done
+  for c in $NODE_COMPONENTS kube-router; do rm -f "$PIDS/$c$NODE_SUFFIX.pid"; done
   ip link set "$NODE_VETH" down 2>/dev/null || true
   umount "$NODE_MNT" 2>/dev/null || umount -l "$NODE_MNT" 2>/dev/null || true
   ip netns del "$NODE_NETNS" 2>/dev/null || true
@@ -256,6 +268,7 @@ node_healthy() {
   local c
   node_env "$1"
   for c in $NODE_COMPONENTS; do pid_of "$c$NODE_SUFFIX" >/dev/null && healthy "$c" || return 1; done
+  if netpol_running; then pid_of "kube-router$NODE_SUFFIX" >/dev/null || return 1; fi
   node_ready
 }
 

@@ -5,10 +5,17 @@ ETCD_VERSION=v3.6.16
 CONTAINERD_VERSION=v2.2.9
 HELM_VERSION=v3.19.5
 CNI_PLUGINS_VERSION=v1.9.1
+# kube-router, as the NetworkPolicy enforcer only (`e2e/cluster up --network-policy`; firewall
+# mode, no router or service proxy). The module proxy serves only v2.1.0 (2024-03); its known
+# advisories concern the router and service proxy, which never run here (docs/multinode-plan.md).
+# Its dependencies are raised past their CVE fixes; kube-router's own code stays as it was.
+KUBE_ROUTER_VERSION=v2.1.0
+KUBE_ROUTER_DEP_BUMPS="golang.org/x/net@v0.63.0 golang.org/x/crypto@v0.59.0 google.golang.org/grpc@v1.85.0 google.golang.org/protobuf@v1.36.12"
 # Debian packages the demo and the tests need on the host (installed by e2e/prereqs and `e2e/cluster up`
 # when missing): the cluster's, protoc (the CRI client of the agent), lua5.1 (the Argo CD health test),
-# docker-registry and skopeo (e2e/release: a real registry on 127.0.0.1, images pushed to it).
-HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux mount iproute2 curl tar gcc libc6-dev protobuf-compiler lua5.1 docker-registry skopeo"
+# docker-registry and skopeo (e2e/release: a real registry on 127.0.0.1, images pushed to it), ipset
+# (kube-router's NetworkPolicy sets).
+HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux mount iproute2 curl tar gcc libc6-dev protobuf-compiler lua5.1 docker-registry skopeo ipset"
 # The registry e2e/release runs on 127.0.0.1 (plain HTTP; the cluster's containerd is told so).
 REGISTRY_PORT=5123
 # cert-manager's CRDs (from its Go module: its controller's own modules are not served to us, so
