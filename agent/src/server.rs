@@ -439,6 +439,14 @@ async fn watch(State(st): State<AppState>) -> Response {
     let stop = st.shutdown.clone();
     let stream = async move {
         let mut sub = registry.subscribe();
+        // First of all: the reader's silence deadline starts at connect, not after the list (a
+        // node lost during the list or the first interval would otherwise go unnoticed).
+        let beat = line(&WatchEvent::Heartbeat {
+            interval_ms: WATCH_HEARTBEAT.as_millis() as u64,
+        });
+        if tx.send(beat).await.is_err() {
+            return;
+        }
         'outer: loop {
             for rec in registry.list() {
                 if tx

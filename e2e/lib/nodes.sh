@@ -116,7 +116,10 @@ node_network() {
   ip -n "$NODE_NETNS" route add "$CLUSTER_CIDR" via "$APISERVER_IP" dev eth0
   ip -n "$NODE_NETNS" route add "$SERVICE_CIDR" dev eth0
   in_node sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
-  # kube-proxy's rules for pod-to-service traffic on the same bridge need bridged frames in iptables.
+  # kube-proxy's rules for pod-to-service traffic on the same bridge, and NetworkPolicy between pods
+  # of one node, need bridged frames in iptables.
+  [ -d /proc/sys/net/bridge ] || modprobe br_netfilter 2>/dev/null ||
+    die "node $NODE_NAME: the kernel's br_netfilter is missing (modprobe br_netfilter; CONFIG_BRIDGE_NETFILTER)"
   in_node sysctl -qw net.bridge.bridge-nf-call-iptables=1
   ip route replace "$POD_SUBNET" via "$NODE_IP" dev "$NODE_IF"
 }
@@ -155,8 +158,9 @@ node_images() {
   tar=$(mktemp "$NRUN/image.XXXXXX")
   for img in $(kctl get pods -A -o jsonpath='{range .items[*]}{range .spec.containers[*]}{.image}{"\n"}{end}{end}' 2>/dev/null | sort -u); do
     case $img in localhost/*) ;; *) continue ;; esac
-    "$BIN/ctr" -a "$CRI_SOCKET_HOST" -n "$CTR_NS" images ls -q 2>/dev/null | grep -qxF "$img" && continue
-    "$BIN/ctr" -a "$CRI_SOCKET" -n "$CTR_NS" images ls -q 2>/dev/null | grep -qxF "$img" || continue
+    # grep without -q: with pipefail an early exit of grep could fail the pipeline through ctr's SIGPIPE.
+    "$BIN/ctr" -a "$CRI_SOCKET_HOST" -n "$CTR_NS" images ls -q 2>/dev/null | grep -xF "$img" >/dev/null && continue
+    "$BIN/ctr" -a "$CRI_SOCKET" -n "$CTR_NS" images ls -q 2>/dev/null | grep -xF "$img" >/dev/null || continue
     # Through a file: `ctr images import -` cuts a piped export short ("short read").
     "$BIN/ctr" -a "$CRI_SOCKET" -n "$CTR_NS" images export "$tar" "$img" >/dev/null 2>&1 &&
       "$BIN/ctr" -a "$CRI_SOCKET_HOST" -n "$CTR_NS" images import --platform "linux/amd64" --snapshotter overlayfs "$tar" >/dev/null 2>&1 &&
@@ -234,8 +238,17 @@ node_pids() {
 # dir: containerd's images and snapshots, the kubelet's root, the agent's ledger) stays.
 node_off() {
   local m pids c _
-  m=/sys/fs/cgroup/unified$NODE_CGROUP
-  [ -f "$m/cgroup.kill" ] && echo 1 >"$m/cgroup.kill" 2>/dev/null || true
+  [ -n "$NODE_CGROUP" ] && [ -n "$NODE_NETNS" ] || die "node_off without node_env"
+  # The link first, so that no socket of the node says goodbye (a dead machine sends no FIN/RST);
+  # then everything stopped at once, so nothing (a supervisor seeing its child die) writes to the
+  # node's disk what a power loss would not let it write; then killed.
+  ip link set "$NODE_VETH" down 2>/dev/null || true
+  pids=$(node_pids | sort -un)
+  # shellcheck disable=SC2086
+  [ -z "$pids" ] || kill -STOP $pids 2>/dev/null || true
+  for m in $(cgroup_mounts); do
+    [ ! -f "$m$NODE_CGROUP/cgroup.kill" ] || echo 1 >"$m$NODE_CGROUP/cgroup.kill" 2>/dev/null || true
+  done
   for _ in $(seq 1 20); do
     pids=$(node_pids | sort -un)
     [ -n "$pids" ] || break
@@ -245,11 +258,10 @@ node_off() {
   done
   [ -z "$(node_pids)" ] || log "warning: node $NODE_NAME: processes left: $(node_pids | sort -un | tr '\n' ' ')"
   for c in $NODE_COMPONENTS kube-router; do rm -f "$PIDS/$c$NODE_SUFFIX.pid"; done
-  ip link set "$NODE_VETH" down 2>/dev/null || true
   umount "$NODE_MNT" 2>/dev/null || umount -l "$NODE_MNT" 2>/dev/null || true
   ip netns del "$NODE_NETNS" 2>/dev/null || true
   ip link del "$NODE_VETH" 2>/dev/null || true
-  ip route del "$POD_SUBNET" 2>/dev/null || true
+  ip route del "$POD_SUBNET" via "$NODE_IP" dev "$NODE_IF" 2>/dev/null || true
   for m in $(cgroup_mounts); do
     [ -d "$m$NODE_CGROUP" ] && find "$m$NODE_CGROUP" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done

@@ -30,12 +30,27 @@ pub async fn apply(
     api: &Api<SandboxProcess>,
 ) -> Result<Action, Error> {
     let uid = obj.uid().ok_or(Error::Incomplete("uid"))?;
-    let prev = obj.status.clone().unwrap_or_default();
+    // What the copy holds (the writer compares against it) and what this reconcile judges by.
+    let stored = obj.status.clone().unwrap_or_default();
+    let mut prev = stored.clone();
     let now = now();
-    if ctx.memo.judge_copy(&uid, status::is_final(&prev)) == CachedCopy::PredatesOurFinal {
-        // Our final status is not in this copy yet: look again once the cache has caught up.
-        debug!("cached copy predates our final status; waiting for the cache");
+    let copy = ctx
+        .memo
+        .judge_copy(&uid, status::is_final(&prev), status::is_started(&prev));
+    if copy != CachedCopy::Current {
+        // Our final or started status is not in this copy yet: acting on it could start the
+        // process again (in a pod re-created meanwhile) or overwrite the end; look again once the
+        // cache has caught up.
+        debug!(
+            ?copy,
+            "cached copy predates our status; waiting for the cache"
+        );
         return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if prev.target_pod_uid.is_none() {
+        // A start was sent (its outcome perhaps unknown) before any status of ours is in this
+        // copy: bound to that pod, as the status will say.
+        prev.target_pod_uid = ctx.memo.start_sent_for(&uid);
     }
     if status::is_final(&prev) {
         return finished(&obj, ctx, api, &prev, &now).await;
@@ -64,10 +79,12 @@ pub async fn apply(
         .filter(|p| invalid.is_none() && !chosen_now && may_start(&obj, &prev, p, &now))
     {
         agent = match request(ctx, &obj, &uid, p).await {
-            Ok(req) => {
+            Ok(req) if ctx.memo.start_sent(&uid, &p.uid) == p.uid => {
                 let node = p.node_name.as_deref().unwrap_or_default();
                 actor.start_once(node, &req).await
             }
+            // may_start saw the pin; kept as a second lock on the same door.
+            Ok(_) => AgentView::NotAsked,
             Err(view) => view,
         };
     }
@@ -96,7 +113,10 @@ pub async fn apply(
             ..facts
         }) != next
     });
-    writer::write(ctx, api, &obj, &prev, &next).await?;
+    writer::write(ctx, api, &obj, &stored, &next).await?;
+    if status::is_started(&next) && !status::is_started(&stored) {
+        ctx.memo.start_written(&uid);
+    }
     if status::is_final(&next) {
         ctx.memo.ended(&uid);
         ctx.agents.release(&uid);

@@ -14,6 +14,13 @@ struct Entry {
     failures: u32,
     /// We wrote a final status that the cache may not show yet.
     final_written: bool,
+    /// We wrote a status saying the process started, which the cache may not show yet.
+    start_written: bool,
+    /// The pod (uid) the first start request was sent for. The object is bound to it from that
+    /// moment, before any status saying so can be read back: a copy from the cache that predates
+    /// our writes, with the pod meanwhile re-created under its name on another node, must never
+    /// start the process a second time there.
+    start_sent_for: Option<String>,
 }
 
 /// What a reconcile may do with its copy of the object.
@@ -23,6 +30,8 @@ pub enum CachedCopy {
     Current,
     /// It predates a final status we wrote: neither start nor overwrite; look again later.
     PredatesOurFinal,
+    /// It predates the status saying we started the process: neither start nor overwrite.
+    PredatesOurStart,
 }
 
 #[derive(Default)]
@@ -71,9 +80,9 @@ impl Memo {
         }
     }
 
-    /// Judges a reconcile's copy: whether it predates a final status we wrote. Once a copy
-    /// shows a final status the memo of it is dropped (the cache has caught up).
-    pub fn judge_copy(&self, uid: &str, copy_is_final: bool) -> CachedCopy {
+    /// Judges a reconcile's copy: whether it predates a final or started status we wrote. Once a
+    /// copy shows a final status the memo of it is dropped (the cache has caught up).
+    pub fn judge_copy(&self, uid: &str, copy_is_final: bool, copy_is_started: bool) -> CachedCopy {
         let mut all = self.entries.lock().unwrap();
         let Some(e) = all.get_mut(uid) else {
             return CachedCopy::Current;
@@ -84,9 +93,32 @@ impl Memo {
             CachedCopy::Current
         } else if e.final_written {
             CachedCopy::PredatesOurFinal
+        } else if e.start_written && !copy_is_started {
+            CachedCopy::PredatesOurStart
         } else {
             CachedCopy::Current
         }
+    }
+
+    /// A status saying the process started was written.
+    pub fn start_written(&self, uid: &str) {
+        self.with(uid, |e| e.start_written = true);
+    }
+
+    /// A start request is sent for pod `pod_uid`; returns the pod the object is bound to (the
+    /// first one a start was sent for).
+    pub fn start_sent(&self, uid: &str, pod_uid: &str) -> String {
+        self.with(uid, |e| {
+            e.start_sent_for
+                .get_or_insert_with(|| pod_uid.to_string())
+                .clone()
+        })
+    }
+
+    /// The pod the first start request was sent for, if any.
+    pub fn start_sent_for(&self, uid: &str) -> Option<String> {
+        let e = self.entries.lock().unwrap();
+        e.get(uid).and_then(|e| e.start_sent_for.clone())
     }
 
     /// A final status was written: forget what a running object needs, remember the final until
@@ -126,11 +158,45 @@ mod tests {
         m.output_written("u");
         m.failed("u");
         m.ended("u");
-        assert_eq!(m.judge_copy("u", false), CachedCopy::PredatesOurFinal);
-        assert_eq!(m.judge_copy("u", false), CachedCopy::PredatesOurFinal);
+        assert_eq!(
+            m.judge_copy("u", false, false),
+            CachedCopy::PredatesOurFinal
+        );
+        assert_eq!(
+            m.judge_copy("u", false, false),
+            CachedCopy::PredatesOurFinal
+        );
         // The cache caught up: from now on copies are current, and nothing is held.
-        assert_eq!(m.judge_copy("u", true), CachedCopy::Current);
-        assert_eq!(m.judge_copy("u", false), CachedCopy::Current);
+        assert_eq!(m.judge_copy("u", true, true), CachedCopy::Current);
+        assert_eq!(m.judge_copy("u", false, false), CachedCopy::Current);
+        assert!(m.is_empty());
+    }
+
+    /// Issue 16: started in pod A on node 3, then A re-created as B on node 2 under the same
+    /// name; a reconcile from a copy that predates our started status must neither start in B
+    /// nor overwrite, and the object stays bound to A.
+    #[test]
+    fn a_copy_older_than_our_start_is_not_acted_on_and_the_first_pod_binds() {
+        let m = Memo::default();
+        assert_eq!(m.start_sent_for("u"), None);
+        assert_eq!(m.start_sent("u", "pod-a"), "pod-a");
+        assert_eq!(
+            m.start_sent("u", "pod-b"),
+            "pod-a",
+            "bound to the first pod"
+        );
+        assert_eq!(m.start_sent_for("u"), Some("pod-a".into()));
+        // Nothing written yet (a start whose outcome is unknown): copies are current.
+        assert_eq!(m.judge_copy("u", false, false), CachedCopy::Current);
+        m.start_written("u");
+        assert_eq!(
+            m.judge_copy("u", false, false),
+            CachedCopy::PredatesOurStart
+        );
+        assert_eq!(m.judge_copy("u", false, true), CachedCopy::Current);
+        m.ended("u");
+        assert_eq!(m.judge_copy("u", false, true), CachedCopy::PredatesOurFinal);
+        assert_eq!(m.judge_copy("u", true, true), CachedCopy::Current);
         assert!(m.is_empty());
     }
 
@@ -148,7 +214,7 @@ mod tests {
         assert_eq!(m.failed("u"), 1, "the count starts again after the end");
         m.gone("u");
         assert!(m.is_empty());
-        assert_eq!(m.judge_copy("u", false), CachedCopy::Current);
+        assert_eq!(m.judge_copy("u", false, false), CachedCopy::Current);
         assert!(m.is_empty(), "judging a copy adds nothing");
     }
 
@@ -156,7 +222,10 @@ mod tests {
     fn other_objects_are_untouched() {
         let m = Memo::default();
         m.ended("a");
-        assert_eq!(m.judge_copy("b", false), CachedCopy::Current);
-        assert_eq!(m.judge_copy("a", false), CachedCopy::PredatesOurFinal);
+        assert_eq!(m.judge_copy("b", false, false), CachedCopy::Current);
+        assert_eq!(
+            m.judge_copy("a", false, false),
+            CachedCopy::PredatesOurFinal
+        );
     }
 }

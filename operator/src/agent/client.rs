@@ -87,11 +87,16 @@ impl Resolve for Pins {
     }
 }
 
+/// Backstop for an agent that sends no watch heartbeats (older): the kernel's probes end a
+/// connection to a vanished peer (idle 30 s, then its probes) instead of never.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+
 impl AgentClient {
     /// Plain HTTP (host-run tests with `--agent-url http://…`).
     pub fn plain(token_file: PathBuf) -> anyhow::Result<AgentClient> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
+            .tcp_keepalive(TCP_KEEPALIVE)
             .build()?;
         Ok(Self::with(Some(http), token_file, None))
     }
@@ -121,6 +126,7 @@ impl AgentClient {
     pub fn set_tls(&self, cfg: rustls::ClientConfig) -> anyhow::Result<()> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
+            .tcp_keepalive(TCP_KEEPALIVE)
             .https_only(true)
             .dns_resolver(self.inner.pins.clone())
             .use_preconfigured_tls(cfg)

@@ -104,6 +104,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn silence_replaces_an_older_outage_but_not_a_newer_one() {
+        let (a, _rx) = agents(vec![]);
+        let url = "https://10.0.0.5:9443";
+        let t = |s: i64| Time(Timestamp::from_second(s).unwrap());
+        // A call failed long ago; the watch heard the agent since: the silence counts from then.
+        a.mark_unreachable_since(url, "old call failed", t(1_000));
+        assert_eq!(a.mark_unreachable_since(url, "silent", t(5_000)), t(5_000));
+        // An outage already counted from a later moment stays.
+        assert_eq!(a.mark_unreachable_since(url, "silent", t(4_000)), t(5_000));
+        a.mark_reachable(url);
+        assert_eq!(a.unreachable_since(url), None);
+    }
+
+    #[tokio::test]
     async fn agent_pods_are_found_by_node() {
         let (a, _rx) = agents(vec![
             agent_pod("a1", "n1", "Running", Some("10.0.0.5")),

@@ -13,7 +13,8 @@ use super::client::{error_chain, AgentError};
 use super::{now, Agents};
 
 /// How long a watch stream may stay silent once the agent has said it sends heartbeats every
-/// `interval_ms`: three intervals, at least 5 s (a slow agent is not a gone one).
+/// `interval_ms`: three intervals, at least 5 s (a slow agent is not a gone one). Agents send one
+/// heartbeat first on every stream, so the deadline holds from the connect on.
 fn silence_limit(interval_ms: u64) -> Duration {
     Duration::from_millis(interval_ms.saturating_mul(3)).max(Duration::from_secs(5))
 }
@@ -95,12 +96,18 @@ impl Agents {
         self.mark_unreachable_since(url, message, now())
     }
 
-    /// As [`Self::mark_unreachable`], for an agent known silent since `since` (its last heartbeat).
-    fn mark_unreachable_since(&self, url: &str, message: &str, since: Time) -> Time {
+    /// As [`Self::mark_unreachable`], for an agent silent since `since` (the last byte heard on
+    /// its watch stream). An older mark (a call that failed before) is replaced: the stream heard
+    /// the agent after it, so that outage had ended and must not shorten `agentGraceSeconds`.
+    pub(super) fn mark_unreachable_since(&self, url: &str, message: &str, since: Time) -> Time {
         let mut state = self.state.lock().unwrap();
         let s = state.entry(url.to_string()).or_default();
         s.last_error = message.to_string();
-        s.unreachable_since.get_or_insert(since).clone()
+        match &s.unreachable_since {
+            Some(old) if old.0 >= since.0 => {}
+            _ => s.unreachable_since = Some(since),
+        }
+        s.unreachable_since.clone().unwrap()
     }
 
     /// Keeps one watch stream per agent, forever.
@@ -186,7 +193,9 @@ impl Agents {
                             "no event or heartbeat on the watch stream for {}s",
                             limit.as_secs()
                         );
-                        self.mark_unreachable_since(url, &message, last_heard);
+                        let since = self.mark_unreachable_since(url, &message, last_heard);
+                        // watch_loop sees the agent as down already and would log at debug.
+                        warn!(agent = %url, error = %message, since = %since.0, "agent watch silent; agent unreachable");
                         return Err(AgentError::Unreachable {
                             url: url.into(),
                             message,
