@@ -113,6 +113,9 @@ mod tests {
         assert_eq!(a.mark_unreachable_since(url, "silent", t(5_000)), t(5_000));
         // An outage already counted from a later moment stays.
         assert_eq!(a.mark_unreachable_since(url, "silent", t(4_000)), t(5_000));
+        // Every failure after it is the same outage: its start does not move (the grace runs).
+        assert_eq!(a.mark_unreachable(url, "connect failed"), t(5_000));
+        assert_eq!(a.mark_unreachable(url, "watch failed again"), t(5_000));
         a.mark_reachable(url);
         assert_eq!(a.unreachable_since(url), None);
     }

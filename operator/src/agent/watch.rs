@@ -93,7 +93,11 @@ impl Agents {
 
     /// Records a failed call; returns since when the agent has been unreachable.
     pub fn mark_unreachable(&self, url: &str, message: &str) -> Time {
-        self.mark_unreachable_since(url, message, now())
+        let mut state = self.state.lock().unwrap();
+        let s = state.entry(url.to_string()).or_default();
+        s.last_error = message.to_string();
+        // The outage's start stays put while it lasts: every later failure is the same outage.
+        s.unreachable_since.get_or_insert_with(now).clone()
     }
 
     /// As [`Self::mark_unreachable`], for an agent silent since `since` (the last byte heard on
