@@ -22,6 +22,11 @@ const SEG_SUFFIX: &str = ".seg";
 /// Stream byte of a "lost" frame: output that could not be stored (a write failed, e.g. the
 /// filesystem was full). Its 8-byte payload (LE) is how many output bytes; readers see a gap.
 const LOST: u8 = 3;
+/// Output stops short of the last this many bytes of the state dir's filesystem: that room is
+/// for what no process can do without, whoever filled the rest — the files of a start (which
+/// waits for 1 MiB, `registry::start`), records, the runtime's pid file. Without it a tenant's
+/// output could take the bytes a start had just been promised, and the supervisor died on them.
+pub const OUTPUT_FLOOR: u64 = 2 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stream {
@@ -197,6 +202,8 @@ pub struct LedgerWriter {
     lost_pending: u64,
     /// All output bytes that could not be stored.
     lost_total: u64,
+    /// Free bytes on the filesystem below which output is not stored (0: none kept).
+    floor: u64,
 }
 
 impl LedgerWriter {
@@ -260,7 +267,15 @@ impl LedgerWriter {
             retained,
             lost_pending: 0,
             lost_total: 0,
+            floor: 0,
         })
+    }
+
+    /// Output is not stored while the filesystem has under `floor` bytes free (see
+    /// [`OUTPUT_FLOOR`]).
+    pub fn with_floor(mut self, floor: u64) -> Self {
+        self.floor = floor;
+        self
     }
 
     pub fn end(&self) -> u64 {
@@ -291,13 +306,18 @@ impl LedgerWriter {
     /// cut back), counts the bytes as lost, and returns the error; the writer stays usable, and
     /// the loss becomes an explicit gap in the ledger at the next successful write.
     pub fn append(&mut self, stream: Stream, ts_nanos: u64, data: &[u8]) -> io::Result<()> {
-        if self.lost_pending > 0 {
-            let n = self.lost_pending;
-            if let Err(e) = self.frame(LOST, ts_nanos, &n.to_le_bytes(), n) {
-                self.lose(data.len() as u64);
-                return Err(e);
-            }
-            self.lost_pending = 0;
+        // Below the floor: this process's oldest output goes first (as on a full filesystem);
+        // if that is not enough, nothing is written, not even the record of the loss.
+        if let Err(e) = self.room().or_else(|e| match self.free_oldest() {
+            true => self.room(),
+            false => Err(e),
+        }) {
+            self.lose(data.len() as u64);
+            return Err(e);
+        }
+        if let Err(e) = self.flush_lost(ts_nanos) {
+            self.lose(data.len() as u64);
+            return Err(e);
         }
         // Frames no larger than a segment keep at least cap - segment of the newest output.
         let step = MAX_FRAME.min(self.seg_limit as usize);
@@ -313,6 +333,38 @@ impl LedgerWriter {
             }
         }
         Ok(())
+    }
+
+    /// Writes the record of output not stored so far, if any (readers see it as a gap). Not held
+    /// to the floor: the supervisor calls it once more at the end, so a loss is never silent.
+    pub fn flush_lost(&mut self, ts_nanos: u64) -> io::Result<()> {
+        if self.lost_pending > 0 {
+            let n = self.lost_pending;
+            self.frame(LOST, ts_nanos, &n.to_le_bytes(), n)?;
+            self.lost_pending = 0;
+        }
+        Ok(())
+    }
+
+    /// `Err` while the filesystem has under the floor free.
+    fn room(&self) -> io::Result<()> {
+        if self.floor == 0 {
+            return Ok(());
+        }
+        let Ok(st) = nix::sys::statvfs::fstatvfs(&self.file) else {
+            return Ok(()); // the write itself will tell
+        };
+        let free = st.blocks_available().saturating_mul(st.fragment_size());
+        if free >= self.floor {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!(
+                "{free} bytes free on the state dir's filesystem: the last {} are kept for starts and records",
+                self.floor
+            ),
+        ))
     }
 
     fn lose(&mut self, n: u64) {
@@ -573,6 +625,32 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn below_the_floor_output_is_lost_then_a_gap() {
+        let d = tempfile::tempdir().unwrap();
+        let mut w = LedgerWriter::open(d.path(), 1 << 20).unwrap();
+        w.append(Stream::Stdout, 1, b"kept").unwrap();
+        // No filesystem has this much free: everything from here on is below the floor.
+        let mut w = w.with_floor(u64::MAX);
+        let e = w.append(Stream::Stdout, 2, b"lost!").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(w.lost(), 5);
+        let (before, _) = read_after(d.path(), Pos::default(), u64::MAX).unwrap();
+        assert_eq!(
+            before.len(),
+            1,
+            "nothing written below the floor: {before:?}"
+        );
+        w.flush_lost(3).unwrap();
+        let (all, end) = read_after(d.path(), Pos::default(), u64::MAX).unwrap();
+        assert_eq!(data(&all), vec![(Stream::Stdout, b"kept".to_vec())]);
+        assert!(
+            matches!(all[1], Entry::Gap { from, to } if to.data - from.data == 5),
+            "{all:?}"
+        );
+        assert_eq!(end.data, 9);
     }
 
     #[test]

@@ -1216,13 +1216,7 @@ async fn a_full_state_filesystem_loses_output_not_the_exit() {
             panic!("start: {e:?}\nstate dir:\n{}", logs.join("\n"))
         });
     let r = agent.wait_final(&r.exec_id, Duration::from_secs(60)).await;
-    let events = agent.logs(&r.exec_id, "").await;
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, LogEvent::Truncated { dropped_bytes, .. } if *dropped_bytes > 0)),
-        "readers see the loss as a gap"
-    );
+    assert_loss_is_a_gap(agent, &r.exec_id).await;
     let exit = r.exit.clone().expect("the exit is recorded");
     assert_eq!(
         (exit.code, r.end_reason),
@@ -1281,6 +1275,59 @@ async fn concurrent_writers_on_a_nearly_full_state_filesystem_keep_their_exits()
     }
 }
 
+/// Output stops short of the filesystem's last 2 MiB (`ledger::OUTPUT_FLOOR`): a writer that fills
+/// the rest leaves the room a later start needs (1 MiB). Before, its output took every byte, and a
+/// start let in a moment earlier lost its supervisor to the full disk (e2e/hostile, in CI).
+#[tokio::test]
+async fn output_leaves_the_room_starts_need() {
+    let t = agent_on_tmpfs("floor-state", 128 << 20);
+    let (agent, ctr, state) = (&t.agent, &t.ctr, t.state.as_path());
+    let free = || {
+        let st = nix::sys::statvfs::statvfs(state).unwrap();
+        st.blocks_available() as u64 * st.fragment_size() as u64
+    };
+    assert!(std::process::Command::new("fallocate")
+        .args(["-l", &(free() - (3 << 20)).to_string()])
+        .arg(state.join("fill"))
+        .status()
+        .unwrap()
+        .success());
+    let r = agent
+        .start(&req(
+            ctr,
+            &[
+                "sh",
+                "-c",
+                "dd if=/dev/zero bs=65536 count=256 2>/dev/null; echo the-end; exit 3",
+            ],
+        ))
+        .await
+        .unwrap();
+    let r = agent.wait_final(&r.exec_id, Duration::from_secs(60)).await;
+    assert_eq!(
+        (r.phase, r.exit.as_ref().map(|e| e.code)),
+        (Phase::Exited, Some(3)),
+        "{r:?}"
+    );
+    assert_eq!(r.output.stdout_bytes, (16 << 20) + 8);
+    assert!(r.output.dropped_bytes >= 14 << 20, "{r:?}");
+    let left = free();
+    assert!(left >= 1 << 20, "the writer left {left} bytes free");
+    // The loss is a gap readers see, though the end came below the floor.
+    assert_loss_is_a_gap(agent, &r.exec_id).await;
+    // A start now is let in, runs and ends exactly.
+    let r = agent
+        .start(&req(ctr, &["sh", "-c", "echo hello; exit 4"]))
+        .await
+        .unwrap_or_else(|e| panic!("start with {left} bytes free: {e:?}"));
+    let r = agent.wait_final(&r.exec_id, Duration::from_secs(30)).await;
+    assert_eq!(
+        (r.phase, r.exit.as_ref().map(|e| e.code)),
+        (Phase::Exited, Some(4)),
+        "{r:?}"
+    );
+}
+
 /// The final record has room kept for it from the start: a filesystem filled to the last byte by
 /// someone else while a quiet process runs (no output of its own to give up) still gets its
 /// exit code.
@@ -1318,6 +1365,17 @@ async fn a_filesystem_filled_by_others_still_gets_the_exit() {
     // And a start now waits for room: 429, not an error of the process.
     let (status, body) = agent.start(&req(ctr, &["true"])).await.unwrap_err();
     assert_eq!(status, 429, "{body}");
+}
+
+/// Readers of the process's log see output that could not be kept as a gap.
+async fn assert_loss_is_a_gap(agent: &Agent, exec_id: &str) {
+    let events = agent.logs(exec_id, "").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, LogEvent::Truncated { dropped_bytes, .. } if *dropped_bytes > 0)),
+        "readers see the loss as a gap"
+    );
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

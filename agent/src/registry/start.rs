@@ -23,6 +23,8 @@ use crate::spawn;
 const START_WAIT: Duration = Duration::from_secs(30);
 /// Free bytes in the state dir below which a start waits (429) rather than begins.
 const MIN_FREE_TO_START: u64 = 1 << 20;
+// Output never takes the room a start was promised (ledger::OUTPUT_FLOOR).
+const _: () = assert!(crate::ledger::OUTPUT_FLOOR >= 2 * MIN_FREE_TO_START);
 
 impl Registry {
     fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -121,8 +123,7 @@ impl Registry {
     /// A process needs a little room of its own (specs, record, its first output): on a
     /// state dir that others filled, the start waits for room instead of failing later.
     fn check_free_space(&self) -> Result<(), AgentError> {
-        if let Ok(st) = nix::sys::statvfs::statvfs(self.cfg.layout.root()) {
-            let free = st.blocks_available().saturating_mul(st.fragment_size());
+        if let Some(free) = free_bytes(self.cfg.layout.root()) {
             if free < MIN_FREE_TO_START {
                 return Err(AgentError::TooManyRequests(format!(
                     "the agent's state directory has {free} bytes free, under the {MIN_FREE_TO_START} a start needs; the start waits for room"
@@ -273,7 +274,13 @@ impl Registry {
                     Some(line) => {
                         format!("the supervisor ended before the process did: {line}")
                     }
-                    None => "the supervisor ended before the process did".to_string(),
+                    // Its log had no room either: say so, the likely cause.
+                    None => match free_bytes(self.cfg.layout.root()) {
+                        Some(free) if free < MIN_FREE_TO_START => format!(
+                            "the supervisor ended before the process did (the agent's state directory has {free} bytes free)"
+                        ),
+                        _ => "the supervisor ended before the process did".to_string(),
+                    },
                 };
                 self.mark_lost(id, &why).await;
             }
@@ -307,6 +314,12 @@ fn io_or_full(context: &'static str) -> impl FnOnce(std::io::Error) -> AgentErro
         )),
         _ => AgentError::io(context)(e),
     }
+}
+
+/// Bytes free to us on the filesystem of `dir`.
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(dir).ok()?;
+    Some(st.blocks_available().saturating_mul(st.fragment_size()))
 }
 
 /// The last non-empty line of a (small, agent-owned) log, bounded.

@@ -26,7 +26,8 @@ impl Supervisor {
         announce(&layout, &id)?;
         let sigfd = signals_as_fd()?;
         let control = bind_control(&layout, &id)?;
-        let ledger = LedgerWriter::open(&layout.ledger(&id), spec.retention_bytes)?;
+        let ledger = LedgerWriter::open(&layout.ledger(&id), spec.retention_bytes)?
+            .with_floor(crate::ledger::OUTPUT_FLOOR);
         let matcher = log_matcher(&spec)?;
         let req = &spec.request;
         let rec = ProcessRecord::starting(
