@@ -17,6 +17,7 @@ use sandbox_api::wire::StartRequest;
 use tracing::{debug, info};
 
 use crate::act::Actor;
+use crate::agent::Anywhere;
 use crate::controller::{now, ttl_requeue, Context, Error, OUTPUT_REFRESH, PENDING_RECHECK};
 use crate::envfrom;
 use crate::memo::CachedCopy;
@@ -51,6 +52,22 @@ pub async fn apply(
         // A start was sent (its outcome perhaps unknown) before any status of ours is in this
         // copy: bound to that pod, as the status will say.
         prev.target_pod_uid = ctx.memo.start_sent_for(&uid);
+    }
+    if prev.target_pod_uid.is_none() && !status::is_started(&prev) && !status::is_final(&prev) {
+        // Or an earlier leader sent one and went before writing any status: an agent holds the
+        // process, perhaps in a pod replaced since (on another node). Bound to that pod too, or
+        // the process would run twice.
+        match ctx.agents.held_anywhere(&uid) {
+            Anywhere::Held(r) => {
+                info!(pod_uid = %r.pod_uid, "an agent already holds this process (an earlier start); bound to its pod");
+                prev.target_pod_uid = Some(r.pod_uid);
+            }
+            Anywhere::NotYetKnown => {
+                debug!("an agent's watch is not synced yet; the start waits for it");
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+            Anywhere::Nowhere => {}
+        }
     }
     if status::is_final(&prev) {
         return finished(&obj, ctx, api, &prev, &now).await;

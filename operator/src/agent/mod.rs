@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 pub use client::{AgentClient, AgentError};
 pub use discovery::AGENT_SELECTOR;
 use watch::AgentState;
-pub use watch::Cached;
+pub use watch::{Anywhere, Cached};
 
 /// Where each node's agent is, each agent's reachability, and the watch caches.
 pub struct Agents {
@@ -118,6 +118,34 @@ mod tests {
         assert_eq!(a.mark_unreachable(url, "watch failed again"), t(5_000));
         a.mark_reachable(url);
         assert_eq!(a.unreachable_since(url), None);
+    }
+
+    #[tokio::test]
+    async fn a_process_held_by_any_agent_is_found_once_watches_synced() {
+        let (a, _rx) = agents(vec![
+            agent_pod("a1", "n1", "Running", Some("10.0.0.5")),
+            agent_pod("a3", "n3", "Running", Some("10.0.0.7")),
+        ]);
+        let (u1, u3) = ("http://10.0.0.5:9443", "http://10.0.0.7:9443");
+        // Found, not watched yet: a new leader waits for it.
+        assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown);
+        let (mut seen1, mut synced1) = (HashSet::new(), false);
+        let (mut seen3, mut synced3) = (HashSet::new(), false);
+        a.apply(u1, WatchEvent::Synced, &mut seen1, &mut synced1);
+        assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown, "n3 not synced");
+        // n3 holds x (an earlier leader's start), in pod "p".
+        a.apply(u3, upsert("x", 1), &mut seen3, &mut synced3);
+        assert!(matches!(a.held_anywhere("x"), Anywhere::Held(r) if r.pod_uid == "p"));
+        a.apply(u3, WatchEvent::Synced, &mut seen3, &mut synced3);
+        assert!(matches!(a.held_anywhere("x"), Anywhere::Held(r) if r.pod_uid == "p"));
+        assert_eq!(a.held_anywhere("y"), Anywhere::Nowhere);
+        // A final, reported process is released: its object's status says where it ran.
+        a.release("x");
+        assert_eq!(a.held_anywhere("x"), Anywhere::Nowhere);
+        // An agent whose watch failed is not waited for.
+        let (a, _rx) = agents(vec![agent_pod("a1", "n1", "Running", Some("10.0.0.5"))]);
+        a.mark_unreachable(u1, "connect failed");
+        assert_eq!(a.held_anywhere("x"), Anywhere::Nowhere);
     }
 
     #[tokio::test]

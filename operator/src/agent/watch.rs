@@ -39,6 +39,25 @@ pub(super) struct AgentState {
     unreachable_since: Option<Time>,
     last_error: String,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// When its watch began (a watch not synced by [`SYNC_WAIT`] after is not waited for).
+    watching_since: Option<std::time::Instant>,
+}
+
+/// How long a start waits for an agent's watch to sync before judging without it
+/// ([`Agents::held_anywhere`]): a new leader's first list of every agent takes well under this.
+const SYNC_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether any agent holds a process of an exec id, from the watch caches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Anywhere {
+    /// An agent holds its record: a start was sent before, perhaps to a pod since replaced,
+    /// whatever the object's status says yet (a leader that went before writing it).
+    Held(Box<ProcessRecord>),
+    /// No cache holds one, but an agent's watch began moments ago and has not synced: it may.
+    NotYetKnown,
+    /// No agent whose watch is synced holds one (an agent down, or not synced long after its
+    /// watch began, is not waited for).
+    Nowhere,
 }
 
 impl Agents {
@@ -50,6 +69,29 @@ impl Agents {
                 None => Cached::Absent,
             },
             _ => Cached::Unknown,
+        }
+    }
+
+    /// Looks for exec id `id` in every agent's watch cache (the agents' pods as now known).
+    pub fn held_anywhere(&self, id: &str) -> Anywhere {
+        let urls = self.urls();
+        let state = self.state.lock().unwrap();
+        let mut unsure = false;
+        for url in &urls {
+            let Some(s) = state.get(url) else {
+                unsure = true; // found, not watched yet (the watches are set up every 2 s)
+                continue;
+            };
+            if let Some(r) = s.records.get(id) {
+                return Anywhere::Held(Box::new(r.clone()));
+            }
+            let syncing = s.watching_since.is_none_or(|t| t.elapsed() < SYNC_WAIT);
+            unsure |= !s.synced && s.unreachable_since.is_none() && syncing;
+        }
+        if unsure {
+            Anywhere::NotYetKnown
+        } else {
+            Anywhere::Nowhere
         }
     }
 
@@ -135,6 +177,7 @@ impl Agents {
                     if s.task.is_none() {
                         info!(agent = %url, "watching agent");
                         s.task = Some(tokio::spawn(self.clone().watch_loop(url.clone())));
+                        s.watching_since = Some(std::time::Instant::now());
                     }
                 }
             }
