@@ -67,6 +67,8 @@ struct Inner {
     /// The agents' namespace when TLS is on.
     tls_namespace: Option<String>,
     pins: Arc<Pins>,
+    /// Since when agents can be asked at all (the trust material first loaded).
+    usable_since: Mutex<Option<std::time::Instant>>,
 }
 
 /// Agent names → pod IPs, for the resolver: set by whoever picked the agent pod for a node.
@@ -111,14 +113,21 @@ impl AgentClient {
         token_file: PathBuf,
         tls_namespace: Option<String>,
     ) -> AgentClient {
+        let usable_since = Mutex::new(http.as_ref().map(|_| std::time::Instant::now()));
         AgentClient {
             inner: Arc::new(Inner {
                 http: RwLock::new(http),
                 token_file,
                 tls_namespace,
                 pins: Arc::default(),
+                usable_since,
             }),
         }
+    }
+
+    /// Since when agents can be reached (`None`: our trust material is not loaded yet).
+    pub fn usable_since(&self) -> Option<std::time::Instant> {
+        *self.inner.usable_since.lock().unwrap()
     }
 
     /// New trust material (CA bundle, our client certificate): new connections use it, open
@@ -132,6 +141,11 @@ impl AgentClient {
             .use_preconfigured_tls(cfg)
             .build()?;
         *self.inner.http.write().unwrap() = Some(http);
+        self.inner
+            .usable_since
+            .lock()
+            .unwrap()
+            .get_or_insert_with(std::time::Instant::now);
         Ok(())
     }
 

@@ -142,10 +142,16 @@ mod tests {
         // A final, reported process is released: its object's status says where it ran.
         a.release("x");
         assert_eq!(a.held_anywhere("x"), Anywhere::Nowhere);
-        // An agent whose watch failed is not waited for.
+        // An agent that went unreachable after its sync: what it held then still answers.
+        a.apply(u3, upsert("z", 1), &mut seen3, &mut synced3);
+        a.mark_unreachable(u3, "connect failed");
+        assert!(matches!(a.held_anywhere("z"), Anywhere::Held(_)));
+        assert_eq!(a.held_anywhere("w"), Anywhere::Nowhere);
+        // One whose watch failed before any sync (our own TLS not loaded yet, say) is waited for
+        // (for how long: `waited_for`).
         let (a, _rx) = agents(vec![agent_pod("a1", "n1", "Running", Some("10.0.0.5"))]);
         a.mark_unreachable(u1, "connect failed");
-        assert_eq!(a.held_anywhere("x"), Anywhere::Nowhere);
+        assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown);
     }
 
     #[tokio::test]

@@ -2,7 +2,7 @@
 //! trigger the reconcile of the objects whose record changed; reachability per agent.
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -39,8 +39,27 @@ pub(super) struct AgentState {
     unreachable_since: Option<Time>,
     last_error: String,
     task: Option<tokio::task::JoinHandle<()>>,
-    /// When its watch began (a watch not synced by [`SYNC_WAIT`] after is not waited for).
-    watching_since: Option<std::time::Instant>,
+    /// When its watch began (see [`waited_for`]).
+    watching_since: Option<Instant>,
+    /// Its watch has synced once since we started: `records` holds what it held then, also
+    /// while it is unreachable now.
+    ever_synced: bool,
+}
+
+/// Whether a start waits for an agent's watch before judging where its process already is: an
+/// agent never synced since we started is waited for [`SYNC_WAIT`] from when we could first ask
+/// it (its watch began, our trust material loaded); after that it is taken to be down.
+fn waited_for(
+    ever_synced: bool,
+    watching_since: Option<Instant>,
+    usable: Instant,
+    now: Instant,
+) -> bool {
+    if ever_synced {
+        return false;
+    }
+    let began = watching_since.map_or(now, |t| t.max(usable));
+    now.saturating_duration_since(began) < SYNC_WAIT
 }
 
 /// How long a start waits for an agent's watch to sync before judging without it
@@ -74,8 +93,13 @@ impl Agents {
 
     /// Looks for exec id `id` in every agent's watch cache (the agents' pods as now known).
     pub fn held_anywhere(&self, id: &str) -> Anywhere {
+        // Nothing can be asked yet (nor started): every agent is still to be heard.
+        let Some(usable) = self.client.usable_since() else {
+            return Anywhere::NotYetKnown;
+        };
         let urls = self.urls();
         let state = self.state.lock().unwrap();
+        let now = Instant::now();
         let mut unsure = false;
         for url in &urls {
             let Some(s) = state.get(url) else {
@@ -85,8 +109,7 @@ impl Agents {
             if let Some(r) = s.records.get(id) {
                 return Anywhere::Held(Box::new(r.clone()));
             }
-            let syncing = s.watching_since.is_none_or(|t| t.elapsed() < SYNC_WAIT);
-            unsure |= !s.synced && s.unreachable_since.is_none() && syncing;
+            unsure |= waited_for(s.ever_synced, s.watching_since, usable, now);
         }
         if unsure {
             Anywhere::NotYetKnown
@@ -177,7 +200,7 @@ impl Agents {
                     if s.task.is_none() {
                         info!(agent = %url, "watching agent");
                         s.task = Some(tokio::spawn(self.clone().watch_loop(url.clone())));
-                        s.watching_since = Some(std::time::Instant::now());
+                        s.watching_since = Some(Instant::now());
                     }
                 }
             }
@@ -329,6 +352,7 @@ impl Agents {
                     }
                     *synced = true;
                     s.synced = true;
+                    s.ever_synced = true;
                     s.unreachable_since = None;
                 }
             }
@@ -342,6 +366,22 @@ impl Agents {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agents_never_synced_are_waited_for_a_while_from_when_they_could_be_asked() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        // Synced once: its records (kept while it is down) are the answer; never waited for.
+        assert!(!waited_for(true, Some(t0), t0, s(1)));
+        // Its watch began 3 s ago: waited for; 10 s after, taken to be down.
+        assert!(waited_for(false, Some(t0), t0, s(3)));
+        assert!(!waited_for(false, Some(t0), t0, s(10)));
+        // Our TLS loaded late (its watch failing until then): counted from that moment.
+        assert!(waited_for(false, Some(t0), s(12), s(15)));
+        assert!(!waited_for(false, Some(t0), s(12), s(22)));
+        // Found but not watched yet.
+        assert!(waited_for(false, None, t0, s(60)));
+    }
 
     #[test]
     fn silence_is_three_heartbeats_and_at_least_five_seconds() {
