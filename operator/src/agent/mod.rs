@@ -152,6 +152,12 @@ mod tests {
         let (a, _rx) = agents(vec![agent_pod("a1", "n1", "Running", Some("10.0.0.5"))]);
         a.mark_unreachable(u1, "connect failed");
         assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown);
+        // Without our TLS material no start can be sent: not waited for (the failed start says
+        // why in the status).
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let client = AgentClient::tls("/nonexistent".into(), "ns".into());
+        let a = Agents::new(client, Some("https://a:1".into()), None, 9443, tx);
+        assert_eq!(a.held_anywhere("x"), Anywhere::Nowhere);
     }
 
     #[tokio::test]

@@ -93,9 +93,10 @@ impl Agents {
 
     /// Looks for exec id `id` in every agent's watch cache (the agents' pods as now known).
     pub fn held_anywhere(&self, id: &str) -> Anywhere {
-        // Nothing can be asked yet (nor started): every agent is still to be heard.
+        // Our trust material is not loaded: no start can be sent either, and the attempt puts
+        // the reason in the status (waiting here would leave the object without any).
         let Some(usable) = self.client.usable_since() else {
-            return Anywhere::NotYetKnown;
+            return Anywhere::Nowhere;
         };
         let urls = self.urls();
         let state = self.state.lock().unwrap();
