@@ -55,12 +55,15 @@ pub async fn apply(
     }
     if prev.target_pod_uid.is_none() && !status::is_started(&prev) && !status::is_final(&prev) {
         // Or an earlier leader sent one and went before writing any status: an agent holds the
-        // process, perhaps in a pod replaced since (on another node). Bound to that pod too, or
+        // process, perhaps in a pod replaced since (on another node). Started there, as far as
+        // this reconcile is concerned (the record tells how it is, or that its pod is gone), or
         // the process would run twice.
         match ctx.agents.held_anywhere(&uid) {
-            Anywhere::Held(r) => {
-                info!(pod_uid = %r.pod_uid, "an agent already holds this process (an earlier start); bound to its pod");
-                prev.target_pod_uid = Some(r.pod_uid);
+            Anywhere::Held { node, record } => {
+                info!(pod_uid = %record.pod_uid, node = ?node, "an agent already holds this process (an earlier start); taken as started there");
+                prev.target_pod_uid = Some(record.pod_uid.clone());
+                prev.pod_uid = Some(record.pod_uid);
+                prev.node_name = node.or(prev.node_name);
             }
             Anywhere::NotYetKnown => {
                 debug!("an agent's watch is not synced yet; the start waits for it");
@@ -83,7 +86,13 @@ pub async fn apply(
     };
     let mut agent = AgentView::NotAsked;
     if status::is_started(&prev) {
-        let (view, url) = actor.lookup(prev.node_name.as_deref(), &uid).await;
+        // The node it was started on (a process taken over from an earlier start with one agent
+        // URL for every node has none: the pod's then).
+        let node = prev
+            .node_name
+            .as_deref()
+            .or(pod.as_ref().and_then(|p| p.node_name.as_deref()));
+        let (view, url) = actor.lookup(node, &uid).await;
         agent = match (spec.stop, url) {
             (true, Some(url)) => {
                 let grace = spec.termination_grace_period_seconds.max(0) as u64;

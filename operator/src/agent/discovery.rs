@@ -96,16 +96,24 @@ impl Agents {
 
     /// The URL of every agent that serves: the fixed URL, or one per node with a serving agent.
     pub fn urls(&self) -> HashSet<String> {
+        self.serving().into_iter().map(|(_, url)| url).collect()
+    }
+
+    /// Every agent that serves, with its node (`None`: the fixed URL, serving every node).
+    pub fn serving(&self) -> Vec<(Option<String>, String)> {
         if let Some(u) = &self.fixed_url {
-            return HashSet::from([u.clone()]);
+            return vec![(None, u.clone())];
         }
         let Some(pods) = &self.pods else {
-            return HashSet::new();
+            return Vec::new();
         };
         let pods = pods.state();
         agent_ips(pods.iter().map(|p| p.as_ref()))
             .into_iter()
-            .map(|(node, ip)| self.client.url_for(&node, &ip, self.port))
+            .map(|(node, ip)| {
+                let url = self.client.url_for(&node, &ip, self.port);
+                (Some(node), url)
+            })
             .collect()
     }
 }

@@ -120,6 +120,14 @@ mod tests {
         assert_eq!(a.unreachable_since(url), None);
     }
 
+    /// The node and pod of the record an agent holds for `id`.
+    fn held_where(a: &Agents, id: &str) -> Option<(String, String)> {
+        match a.held_anywhere(id) {
+            Anywhere::Held { node, record } => Some((node.unwrap_or_default(), record.pod_uid)),
+            _ => None,
+        }
+    }
+
     #[tokio::test]
     async fn a_process_held_by_any_agent_is_found_once_watches_synced() {
         let (a, _rx) = agents(vec![
@@ -135,9 +143,9 @@ mod tests {
         assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown, "n3 not synced");
         // n3 holds x (an earlier leader's start), in pod "p".
         a.apply(u3, upsert("x", 1), &mut seen3, &mut synced3);
-        assert!(matches!(a.held_anywhere("x"), Anywhere::Held(r) if r.pod_uid == "p"));
+        assert_eq!(held_where(&a, "x"), Some(("n3".into(), "p".into())));
         a.apply(u3, WatchEvent::Synced, &mut seen3, &mut synced3);
-        assert!(matches!(a.held_anywhere("x"), Anywhere::Held(r) if r.pod_uid == "p"));
+        assert_eq!(held_where(&a, "x"), Some(("n3".into(), "p".into())));
         assert_eq!(a.held_anywhere("y"), Anywhere::Nowhere);
         // A final, reported process is released: its object's status says where it ran.
         a.release("x");
@@ -145,7 +153,7 @@ mod tests {
         // An agent that went unreachable after its sync: what it held then still answers.
         a.apply(u3, upsert("z", 1), &mut seen3, &mut synced3);
         a.mark_unreachable(u3, "connect failed");
-        assert!(matches!(a.held_anywhere("z"), Anywhere::Held(_)));
+        assert!(matches!(a.held_anywhere("z"), Anywhere::Held { .. }));
         assert_eq!(a.held_anywhere("w"), Anywhere::Nowhere);
         // One whose watch failed before any sync (our own TLS not loaded yet, say) is waited for
         // (for how long: `waited_for`).

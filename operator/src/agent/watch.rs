@@ -70,8 +70,12 @@ const SYNC_WAIT: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Anywhere {
     /// An agent holds its record: a start was sent before, perhaps to a pod since replaced,
-    /// whatever the object's status says yet (a leader that went before writing it).
-    Held(Box<ProcessRecord>),
+    /// whatever the object's status says yet (a leader that went before writing it). With the
+    /// agent's node (`None`: one agent URL serves every node).
+    Held {
+        node: Option<String>,
+        record: Box<ProcessRecord>,
+    },
     /// No cache holds one, but an agent's watch began moments ago and has not synced: it may.
     NotYetKnown,
     /// No agent whose watch is synced holds one (an agent down, or not synced long after its
@@ -98,17 +102,20 @@ impl Agents {
         let Some(usable) = self.client.usable_since() else {
             return Anywhere::Nowhere;
         };
-        let urls = self.urls();
+        let serving = self.serving();
         let state = self.state.lock().unwrap();
         let now = Instant::now();
         let mut unsure = false;
-        for url in &urls {
-            let Some(s) = state.get(url) else {
+        for (node, url) in serving {
+            let Some(s) = state.get(&url) else {
                 unsure = true; // found, not watched yet (the watches are set up every 2 s)
                 continue;
             };
             if let Some(r) = s.records.get(id) {
-                return Anywhere::Held(Box::new(r.clone()));
+                return Anywhere::Held {
+                    node,
+                    record: Box::new(r.clone()),
+                };
             }
             unsure |= waited_for(s.ever_synced, s.watching_since, usable, now);
         }
