@@ -22,10 +22,11 @@ const SEG_SUFFIX: &str = ".seg";
 /// Stream byte of a "lost" frame: output that could not be stored (a write failed, e.g. the
 /// filesystem was full). Its 8-byte payload (LE) is how many output bytes; readers see a gap.
 const LOST: u8 = 3;
-/// Output stops short of the last this many bytes of the state dir's filesystem: that room is
-/// for what no process can do without, whoever filled the rest — the files of a start (which
-/// waits for 1 MiB, `registry::start`), records, the runtime's pid file. Without it a tenant's
-/// output could take the bytes a start had just been promised, and the supervisor died on them.
+/// Output stops short of the last this many bytes of the state dir's filesystem (best effort, see
+/// `room`): that room is for what no process can do without, whoever filled the rest — the files
+/// of a start (which waits for 1 MiB, `registry::start`), records, the runtime's pid file. Without
+/// it a tenant's output could take the bytes a start had just been promised, and the supervisor
+/// died on them.
 pub const OUTPUT_FLOOR: u64 = 2 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -306,11 +307,14 @@ impl LedgerWriter {
     /// cut back), counts the bytes as lost, and returns the error; the writer stays usable, and
     /// the loss becomes an explicit gap in the ledger at the next successful write.
     pub fn append(&mut self, stream: Stream, ts_nanos: u64, data: &[u8]) -> io::Result<()> {
-        // Below the floor: this process's oldest output goes first (as on a full filesystem);
-        // if that is not enough, nothing is written, not even the record of the loss.
-        if let Err(e) = self.room().or_else(|e| match self.free_oldest() {
-            true => self.room(),
-            false => Err(e),
+        // Below the floor: this process's oldest output goes first when that makes the room (as
+        // on a full filesystem); else nothing is written, not even the record of the loss.
+        let need = data.len() as u64 + HEADER as u64;
+        if let Err(e) = self.room(need).or_else(|(e, short)| {
+            match self.retained.len() >= 2 && self.retained[0].len >= short && self.free_oldest() {
+                true => self.room(need).map_err(|(e, _)| e),
+                false => Err(e),
+            }
         }) {
             self.lose(data.len() as u64);
             return Err(e);
@@ -346,8 +350,10 @@ impl LedgerWriter {
         Ok(())
     }
 
-    /// `Err` while the filesystem has under the floor free.
-    fn room(&self) -> io::Result<()> {
+    /// `Err` (with the bytes missing) unless `need` bytes fit above the floor. Best effort:
+    /// writers that check at the same moment may together go below it by what they write then
+    /// (a read of at most 256 KiB each), which is why the floor is twice what a start needs.
+    fn room(&self, need: u64) -> Result<(), (io::Error, u64)> {
         if self.floor == 0 {
             return Ok(());
         }
@@ -355,16 +361,17 @@ impl LedgerWriter {
             return Ok(()); // the write itself will tell
         };
         let free = st.blocks_available().saturating_mul(st.fragment_size());
-        if free >= self.floor {
+        let want = self.floor.saturating_add(need);
+        if free >= want {
             return Ok(());
         }
-        Err(io::Error::new(
+        Err((io::Error::new(
             io::ErrorKind::StorageFull,
             format!(
                 "{free} bytes free on the state dir's filesystem: the last {} are kept for starts and records",
                 self.floor
             ),
-        ))
+        ), want - free))
     }
 
     fn lose(&mut self, n: u64) {

@@ -22,12 +22,6 @@ pub(super) fn reserve_path(layout: &Layout, id: &ExecId) -> std::path::PathBuf {
 impl Supervisor {
     /// Every state change reaches the agent through this file; `durable` only for the end.
     pub(super) fn save(&mut self, durable: bool) -> std::io::Result<()> {
-        if durable {
-            // Output lost below the floor becomes a gap readers see, before the end is told.
-            if let Err(e) = self.ledger.flush_lost(crate::clock::now_nanos()) {
-                self.write_failed("output", &e);
-            }
-        }
         self.rec.revision += 1;
         self.rec.output.tail = self.tail_text();
         self.ledger.notice_removed();
@@ -67,6 +61,11 @@ impl Supervisor {
         let path = self.layout.record(&self.id);
         let until = Instant::now() + FINAL_RECORD_PATIENCE;
         loop {
+            // Output lost below the floor becomes a gap readers see, before the end is told (again
+            // after each round that made room).
+            if let Err(e) = self.ledger.flush_lost(crate::clock::now_nanos()) {
+                self.write_failed("output", &e);
+            }
             match record::write_json(&path, &self.rec, true) {
                 Ok(()) => return Ok(()),
                 Err(e) if Instant::now() < until => {

@@ -99,6 +99,18 @@ impl Agents {
         self.serving().into_iter().map(|(_, url)| url).collect()
     }
 
+    /// The agent pods have been listed once (always with a fixed URL): until then [`Self::serving`]
+    /// says nothing.
+    pub fn agents_listed(&self) -> bool {
+        use futures::FutureExt;
+        match &self.pods {
+            Some(pods) if self.fixed_url.is_none() => {
+                pods.wait_until_ready().now_or_never().is_some()
+            }
+            _ => true,
+        }
+    }
+
     /// Every agent that serves, with its node (`None`: the fixed URL, serving every node).
     pub fn serving(&self) -> Vec<(Option<String>, String)> {
         if let Some(u) = &self.fixed_url {

@@ -160,6 +160,12 @@ mod tests {
         let (a, _rx) = agents(vec![agent_pod("a1", "n1", "Running", Some("10.0.0.5"))]);
         a.mark_unreachable(u1, "connect failed");
         assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown);
+        // The agent pods not listed yet (a new leader's first moments): nothing is known.
+        let w: Writer<Pod> = Writer::default();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let client = AgentClient::plain("/nonexistent".into()).unwrap();
+        let a = Agents::new(client, None, Some(w.as_reader()), 9443, tx);
+        assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown);
         // Without our TLS material no start can be sent: not waited for (the failed start says
         // why in the status).
         let (tx, _rx) = mpsc::unbounded_channel();

@@ -102,6 +102,9 @@ impl Agents {
         let Some(usable) = self.client.usable_since() else {
             return Anywhere::Nowhere;
         };
+        if !self.agents_listed() {
+            return Anywhere::NotYetKnown;
+        }
         let serving = self.serving();
         let state = self.state.lock().unwrap();
         let now = Instant::now();
