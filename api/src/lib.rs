@@ -1,3 +1,4 @@
+pub mod apply;
 #[cfg(feature = "crd")]
 pub mod convert;
 #[cfg(feature = "crd")]

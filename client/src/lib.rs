@@ -139,14 +139,12 @@ impl Sandbox {
     pub async fn start(&self, start: Start) -> Result<Process> {
         let name = start.name()?;
         let manifest = start.manifest(&self.namespace, &name)?;
+        // Escaped for the API server's YAML decoder: argv and env may hold any character.
+        let body = sandbox_api::apply::body(&manifest).map_err(kube::Error::SerdeError)?;
         let params = PatchParams::apply(&self.field_manager);
         let mut failures = 0u32;
         loop {
-            match self
-                .api()
-                .patch(&name, &params, &Patch::Apply(&manifest))
-                .await
-            {
+            match self.api().patch(&name, &params, &Patch::Apply(&body)).await {
                 Ok(_) => return Ok(self.process(&name)),
                 Err(e) => match Error::from(e) {
                     // A retry is safe: the name was fixed before the first attempt.

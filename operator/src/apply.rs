@@ -273,9 +273,7 @@ async fn finished(
         agent_grace: ctx.settings.agent_grace,
         output_due: false,
     });
-    if next != *prev {
-        writer::write_status(ctx, api, &obj.name_any(), &next).await?;
-    }
+    writer::write_changed(ctx, api, obj, prev, &next).await?;
     ctx.metrics.set_phase(&uid, next.phase);
     match status::ttl_remaining(&obj.spec, &next, now) {
         Some(d) if d.is_zero() => {

@@ -21,6 +21,9 @@ struct Entry {
     /// our writes, with the pod meanwhile re-created under its name on another node, must never
     /// start the process a second time there.
     start_sent_for: Option<String>,
+    /// Digest of the last status the API server refused for its content: the same status is
+    /// written withheld at once rather than refused again.
+    refused: Option<u64>,
 }
 
 /// What a reconcile may do with its copy of the object.
@@ -127,9 +130,21 @@ impl Memo {
         self.with(uid, |e| {
             *e = Entry {
                 final_written: true,
+                refused: e.refused,
                 ..Entry::default()
             }
         });
+    }
+
+    /// The API server refused a status with this digest for its content.
+    pub fn refused(&self, uid: &str, digest: u64) {
+        self.with(uid, |e| e.refused = Some(digest));
+    }
+
+    /// Whether the API server refused a status with this digest for its content.
+    pub fn was_refused(&self, uid: &str, digest: u64) -> bool {
+        let e = self.entries.lock().unwrap();
+        e.get(uid).is_some_and(|e| e.refused == Some(digest))
     }
 
     /// The object is gone: forget everything.

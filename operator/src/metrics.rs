@@ -36,6 +36,7 @@ pub struct Metrics {
     processes: Family<PhaseLabels, Gauge>,
     status_writes: Counter,
     status_write_failures: Family<ErrorLabels, Counter>,
+    status_writes_withheld: Counter,
     leader: Gauge,
     /// Phase last counted for each object (by UID).
     phases: Mutex<HashMap<String, Phase>>,
@@ -57,6 +58,7 @@ impl Metrics {
         let processes = Family::<PhaseLabels, Gauge>::default();
         let status_writes = Counter::default();
         let status_write_failures = Family::<ErrorLabels, Counter>::default();
+        let status_writes_withheld = Counter::default();
         let leader = Gauge::default();
         registry.register("reconciles", "Reconciliations run", reconciles.clone());
         registry.register(
@@ -85,6 +87,12 @@ impl Metrics {
             status_write_failures.clone(),
         );
         registry.register(
+            "status_writes_withheld",
+            "Statuses the API server refused for their content, written again without the \
+             output tail, logMatch line and non-ASCII message text",
+            status_writes_withheld.clone(),
+        );
+        registry.register(
             "leader",
             "1 while this replica holds the leader lease",
             leader.clone(),
@@ -104,6 +112,7 @@ impl Metrics {
             processes,
             status_writes,
             status_write_failures,
+            status_writes_withheld,
             leader,
             phases: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
@@ -129,6 +138,10 @@ impl Metrics {
 
     pub fn status_written(&self) {
         self.status_writes.inc();
+    }
+
+    pub fn status_withheld(&self) {
+        self.status_writes_withheld.inc();
     }
 
     pub fn status_write_failed(&self, label: &str) {

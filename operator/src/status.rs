@@ -372,12 +372,14 @@ fn elapsed(since: &Time, now: &Time) -> Duration {
 mod conditions;
 mod not_started;
 mod record;
+mod withheld;
 
 use conditions::*;
 pub use conditions::{transitions, Note};
 use not_started::*;
 pub use not_started::{start_deadline_left, start_refusal};
 use record::*;
+pub use withheld::{printable, refuses_content, withheld};
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! The status writer: one server-side-apply patch with a timeout, counted in metrics, then the
 //! Events for the transitions and the phase gauge.
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
@@ -15,7 +16,7 @@ use crate::status;
 const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Writes `next` when it differs from `prev`, publishes the transitions' Events, sets the phase
-/// gauge.
+/// gauge. A status the API server refused for its content before is written withheld at once.
 pub async fn write(
     ctx: &Context,
     api: &Api<SandboxProcess>,
@@ -24,11 +25,9 @@ pub async fn write(
     next: &SandboxProcessStatus,
 ) -> Result<(), Error> {
     let uid = obj.uid().unwrap_or_default();
-    if next != prev {
-        write_status(ctx, api, &obj.name_any(), next).await?;
-        if next.output != prev.output {
-            ctx.memo.output_written(&uid);
-        }
+    write_changed(ctx, api, obj, prev, next).await?;
+    if next.output != prev.output {
+        ctx.memo.output_written(&uid);
     }
     for note in status::transitions(prev, next) {
         publish(ctx, obj, note).await;
@@ -37,7 +36,56 @@ pub async fn write(
     Ok(())
 }
 
-pub async fn write_status(
+/// Writes `next` unless the object already shows it (or, for a status refused before, its
+/// withheld form).
+pub async fn write_changed(
+    ctx: &Context,
+    api: &Api<SandboxProcess>,
+    obj: &SandboxProcess,
+    prev: &SandboxProcessStatus,
+    next: &SandboxProcessStatus,
+) -> Result<(), Error> {
+    let uid = obj.uid().unwrap_or_default();
+    if ctx.memo.was_refused(&uid, digest(next)) {
+        let w = status::withheld(next, "refused before");
+        if w != *prev {
+            send(ctx, api, &obj.name_any(), &w).await?;
+        }
+        return Ok(());
+    }
+    if next == prev {
+        return Ok(());
+    }
+    match send(ctx, api, &obj.name_any(), next).await {
+        Err(Error::Kube(kube::Error::Api(refusal))) if status::refuses_content(refusal.code) => {
+            let why = format!("{} {}: {}", refusal.code, refusal.reason, refusal.message);
+            let why = status::printable(&why, 300);
+            warn!(refusal = %why, "the API server refused the status; writing it withheld");
+            ctx.memo.refused(&uid, digest(next));
+            ctx.metrics.status_withheld();
+            send(ctx, api, &obj.name_any(), &status::withheld(next, &why)).await?;
+            let message = format!("The API server refused this status for its content ({why}): the output tail and logMatch line are withheld, messages kept as printable ASCII");
+            let note = status::Note {
+                warning: true,
+                reason: "StatusWithheld",
+                message,
+            };
+            publish(ctx, obj, note).await;
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// A digest of a status, to know it again.
+fn digest(s: &SandboxProcessStatus) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(s).unwrap_or_default().hash(&mut h);
+    h.finish()
+}
+
+/// One server-side apply of `status`, with a timeout, counted in metrics.
+async fn send(
     ctx: &Context,
     api: &Api<SandboxProcess>,
     name: &str,
@@ -48,9 +96,11 @@ pub async fn write_status(
         "kind": crd::KIND,
         "status": status,
     });
+    // Escaped for the API server's YAML decoder: any byte of output reaches the status as it is.
+    let body = sandbox_api::apply::body(&patch).map_err(kube::Error::SerdeError)?;
     // A wedged API server must not hold a reconcile worker: the write is retried with backoff.
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let patch = Patch::Apply(&patch);
+    let patch = Patch::Apply(&body);
     let write = api.patch_status(name, &params, &patch);
     match tokio::time::timeout(STATUS_WRITE_TIMEOUT, write).await {
         Ok(Ok(_)) => {}

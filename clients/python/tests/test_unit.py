@@ -64,3 +64,46 @@ def test_ready_only_if_it_was_ever_ready():
     assert not is_ready(obj({"phase": "Exited", "exit": {"code": 0}, "conditions": cond("True")}, True))
     assert is_ready(obj({"phase": "Exited", "exit": {"code": 0}, "readyAt": "t", "conditions": cond("True")}, True))
     assert is_ready(obj({"phase": "Running", "conditions": cond("True")}))
+
+
+# One sample of each class of Unicode scalar values (as in the Rust crate's `apply` tests).
+SCALAR_CLASSES = {
+    "NUL and C0": "\0\x01\x07\x08\t\n\x0b\x0c\r\x1b\x1f",
+    "ASCII syntax": " !\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~",
+    "DEL": "x\x7fy",
+    "C1": "\x80\x81\x9b\x9f",
+    "NEL": "a\x85b",
+    "Latin-1": "\xa0\xe9\xff",
+    "LS and PS": "a\u2028b\u2029c",
+    "below the surrogates": "\ud7ff",
+    "private use": "\ue000\uf8ff",
+    "BOM": "\ufeffx",
+    "replacement": "\ufffd",
+    "noncharacters": "\ufffe\uffff",
+    "astral": "\U00010000\U0001f600\U0001d11e",
+    "last scalars": "\U000f0000\U0010fffd\U0010ffff",
+}
+
+
+def test_apply_body_survives_a_yaml_decoder_for_every_scalar_class():
+    import json
+
+    import yaml
+
+    from sandbox_client._apply import apply_body, yaml_keeps
+
+    value = {"spec": {"command": list(SCALAR_CLASSES.values())}, "all": "".join(SCALAR_CLASSES.values())}
+    body = apply_body(value)
+    assert all(yaml_keeps(c) for c in body.decode("utf-8"))
+    assert yaml.safe_load(body.decode("utf-8")) == value
+    assert json.loads(body) == value
+    for name, s in SCALAR_CLASSES.items():
+        assert yaml.safe_load(apply_body({"s": s}).decode("utf-8"))["s"] == s, name
+    # What the kubernetes client would send (json.dumps: astral characters as escaped surrogate
+    # pairs, which go-yaml refuses and PyYAML decodes to two surrogates): the test can fail.
+    for s in ["\U0001f600", "\U00010000", "\U0010ffff"]:
+        try:
+            ok = yaml.safe_load(json.dumps({"s": s}))["s"] == s
+        except yaml.YAMLError:
+            ok = False
+        assert not ok, repr(s)

@@ -16,6 +16,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from ._apply import apply_body
 from .errors import (
     ApiError,
     EndedWithoutExit,
@@ -259,8 +260,9 @@ class Sandbox:
         failures = 0
         while True:
             try:
+                # Serialized here: argv and env may hold characters YAML refuses raw.
                 self._objects.patch_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, name, manifest,
+                    GROUP, VERSION, self.namespace, PLURAL, name, apply_body(manifest),
                     field_manager=self.field_manager,
                     _content_type="application/apply-patch+yaml",
                 )
