@@ -4,6 +4,11 @@
 #   fresh_namespace NS     the namespace of an earlier run gone (finalizers dropped if no operator
 #                          is left to handle them), then created anew
 #   no_namespace NS        the same, without creating it (for `helm install --create-namespace`)
+#   ready_namespace NS     NS usable now: one still Terminating (an earlier suite's async delete)
+#                          waited out, then created if absent; what is in it is kept
+#   on_node1               stdin → stdout: every Pod and pod template of a manifest pinned to
+#                          node 1 ($NODE1), the node whose host the suites check from
+#   node1_pods NS SELECTOR [GET-ARGS...]   `kubectl get pods` of SELECTOR on node 1 only
 #   no_release             no chart release of ours in any namespace, no operator or agent pod left
 #   check NAME CMD...      runs one check; "ok"/"FAIL" with the output indented ("note:" lines
 #                          of a passing check are shown)
@@ -17,7 +22,8 @@
 #   wait_for NAME JSONPATH VALUE [SECONDS]   polls until the field has the value (default 60 s)
 #   expect GOT WANT        one comparison with a readable failure
 #   sbp_yaml NAME POD SPEC-LINES...          one SandboxProcess document; sbp applies it
-#   pod_yaml NAME [MEMORY-LIMIT]             a sleeping pod of the workload image; pod applies it
+#   pod_yaml NAME [MEMORY-LIMIT]             a sleeping pod of the workload image on node 1; pod
+#                                            applies it
 #   in_pod POD CMD...      kubectl exec into its main container
 # shellcheck shell=bash
 
@@ -51,6 +57,38 @@ refuse() {
 
 SPO_CHART_LABEL=app.kubernetes.io/name=sandbox-process-operator
 
+# Node 1 (lib/common.sh's NODE_NAME): the machine's own host, where the control plane, the
+# suites' host-side checks (/proc, runc's root, agents run on the host, state dirs, the registry
+# on 127.0.0.1) and node 1's containerd are. A cluster may have more nodes (e2e/cluster up
+# --nodes N, left by e2e/nodes or a user): a pod a suite checks from the host must be on node 1.
+NODE1=$(. "$(dirname "${BASH_SOURCE[0]}")/common.sh" && echo "$NODE_NAME")
+
+# on_node1: a manifest (stdin, YAML documents) with every Pod and every pod template (Deployment,
+# DaemonSet, ReplicaSet, StatefulSet, Job) pinned to node 1 by a nodeSelector; other documents
+# unchanged.
+on_node1() {
+  python3 -c '
+import sys, yaml
+node = sys.argv[1]
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+for d in docs:
+    kind = d.get("kind")
+    if kind == "Pod":
+        spec = d.setdefault("spec", {})
+    elif kind in ("Deployment", "DaemonSet", "ReplicaSet", "StatefulSet", "Job"):
+        spec = d.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
+    else:
+        continue
+    spec.setdefault("nodeSelector", {})["kubernetes.io/hostname"] = node
+sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))' "$NODE1"
+}
+
+# node1_pods NS SELECTOR [ARGS...]: kubectl get pods of SELECTOR on node 1 (e.g. the release's
+# agent there, the one a host-side check looks at).
+node1_pods() {
+  kubectl -n "$1" get pods -l "$2" --field-selector "spec.nodeName=$NODE1" "${@:3}"
+}
+
 # lease_holder: the operator holding the cluster's one leader Lease, as NAMESPACE/POD.
 lease_holder() {
   kubectl -n kube-system get lease sandboxprocesses.sandbox.dev -o jsonpath='{.spec.holderIdentity}'
@@ -65,6 +103,19 @@ drop_finalizers() {
   done
 }
 
+# Suites delete their namespaces with --wait=false at their end (a namespace takes seconds to
+# go), so the next suite may find one still Terminating: nothing can be created in it then.
+# gone_namespace NS: waits until NS, being deleted, is gone (finalizers dropped after 30 s: no
+# operator may be left to handle them).
+gone_namespace() {
+  local ns=$1
+  if ! kubectl wait --for=delete "namespace/$ns" --timeout=30s >/dev/null 2>&1; then
+    drop_finalizers "$ns"
+    kubectl wait --for=delete "namespace/$ns" --timeout=150s >/dev/null 2>&1 ||
+      refuse "namespace $ns is still Terminating after 3 min: kubectl get namespace $ns -o yaml"
+  fi
+}
+
 # no_namespace NS: deletes NS of an earlier run and waits until it is gone.
 no_namespace() {
   local ns=$1
@@ -72,11 +123,18 @@ no_namespace() {
   echo "removing namespace $ns left by an earlier run"
   kubectl -n "$ns" delete sbp --all --wait=false >/dev/null 2>&1 || true
   kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
-  if ! kubectl wait --for=delete "namespace/$ns" --timeout=30s >/dev/null 2>&1; then
-    drop_finalizers "$ns"
-    kubectl wait --for=delete "namespace/$ns" --timeout=150s >/dev/null 2>&1 ||
-      refuse "namespace $ns is still Terminating after 3 min: kubectl get namespace $ns -o yaml"
+  gone_namespace "$ns"
+}
+
+# ready_namespace NS: NS exists and is not Terminating; an existing one is kept as it is (for a
+# shared namespace such as a release's, which the suite does not own).
+ready_namespace() {
+  local ns=$1
+  if [ "$(kubectl get namespace "$ns" -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ]; then
+    echo "waiting for namespace $ns (Terminating) to be gone"
+    gone_namespace "$ns"
   fi
+  kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
 
 # fresh_namespace NS: deletes NS of an earlier run (waits until it is gone), then creates it.
@@ -141,6 +199,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: $1}
 spec:
+  nodeSelector: {kubernetes.io/hostname: $NODE1}
   terminationGracePeriodSeconds: 1
   containers:
   - name: main
