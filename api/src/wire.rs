@@ -54,6 +54,9 @@ pub enum ErrorCode {
     StdinOffsetMismatch,
     /// The process has no stdin to write: not enabled (`spec.stdin`), closed, or ended.
     StdinUnavailable,
+    /// A stdin write over bytes already accepted differs from them (another writer at the same
+    /// offset, or a retry with other content): refused, never acknowledged (HTTP 409).
+    StdinConflict,
 }
 
 impl ErrorCode {
@@ -78,6 +81,7 @@ impl ErrorCode {
             ErrorCode::OutputFreed => "OutputFreed",
             ErrorCode::StdinOffsetMismatch => "StdinOffsetMismatch",
             ErrorCode::StdinUnavailable => "StdinUnavailable",
+            ErrorCode::StdinConflict => "StdinConflict",
         }
     }
 }
