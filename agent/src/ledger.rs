@@ -708,12 +708,17 @@ mod tests {
         assert_eq!(w.unreadable(), missing(&w), "after a reopen");
         // A lost frame still retained after a reopen is counted from the segment.
         let d2 = tempfile::tempdir().unwrap();
-        let mut w = LedgerWriter::open(d2.path(), 1 << 20).unwrap().with_floor(u64::MAX);
+        let mut w = LedgerWriter::open(d2.path(), 1 << 20)
+            .unwrap()
+            .with_floor(u64::MAX);
         let _ = w.append(Stream::Stderr, 1, b"gone");
         let mut w = w.with_floor(0);
         w.flush_lost(2).unwrap();
         drop(w);
-        assert_eq!(LedgerWriter::open(d2.path(), 1 << 20).unwrap().unreadable(), 4);
+        assert_eq!(
+            LedgerWriter::open(d2.path(), 1 << 20).unwrap().unreadable(),
+            4
+        );
     }
 
     #[test]

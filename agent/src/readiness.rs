@@ -334,7 +334,10 @@ mod tests {
         assert_eq!(tcp_check(port), Err(PortFailure::NotAccepted(port)));
         let e = http_status(port, "/").unwrap_err();
         assert_eq!(e, PortFailure::NotAccepted(port));
-        assert_eq!(e.to_string(), format!("nothing accepted a connection on port {port}"));
+        assert_eq!(
+            e.to_string(),
+            format!("nothing accepted a connection on port {port}")
+        );
         let mute = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = mute.local_addr().unwrap().port();
         std::thread::spawn(move || {

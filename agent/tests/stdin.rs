@@ -195,13 +195,12 @@ async fn without_stdin_writes_are_refused_and_the_process_reads_nothing() {
 #[tokio::test]
 async fn different_bytes_at_the_same_offset_conflict() {
     let f = fx();
-    let r = f
-        .agent
-        .start(&with_stdin(&f.ctr, &["cat"]))
-        .await
-        .unwrap();
+    let r = f.agent.start(&with_stdin(&f.ctr, &["cat"])).await.unwrap();
     let id = r.exec_id.clone();
-    let (a, b) = (b"from writer A\n".as_slice(), b"from writer B!\n".as_slice());
+    let (a, b) = (
+        b"from writer A\n".as_slice(),
+        b"from writer B!\n".as_slice(),
+    );
     let ((sa, va), (sb, vb)) = tokio::join!(
         f.agent.stdin(&id, 0, a, false),
         f.agent.stdin(&id, 0, b, false)

@@ -5,9 +5,9 @@
 //! the immutability rules) holds what the API server must enforce at apply; every rule, those
 //! included, is in [`crate::validate`] once, for the operator and the agent's door.
 use crate::validate::{names, Violation};
-use crate::wire::{MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MIN_CPU_MILLIS, MIN_MEMORY_BYTES};
 /// Leaf types the object shares with the wire: one definition, so they cannot drift.
 pub use crate::wire::{ExitStatus, LogStream};
+use crate::wire::{MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MIN_CPU_MILLIS, MIN_MEMORY_BYTES};
 
 use kube::CustomResource;
 use schemars::JsonSchema;

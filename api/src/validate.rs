@@ -32,7 +32,8 @@ pub const HTTP_STATUS: RangeInclusive<u16> = 100..=599;
 /// so the CRD's CEL rules (`self.matches('…')`) use the very same patterns.
 pub mod names {
     /// A DNS-1123 subdomain (pod, Secret and ConfigMap names), at most [`SUBDOMAIN_MAX`] bytes.
-    pub const SUBDOMAIN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+    pub const SUBDOMAIN: &str =
+        "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
     pub const SUBDOMAIN_MAX: usize = 253;
     pub const SUBDOMAIN_RULE: &str = "a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters";
     /// A DNS-1123 label (container names), at most 63 bytes.
@@ -367,7 +368,12 @@ pub fn spec(spec: &crate::crd::SandboxProcessSpec) -> Result<(), Violation> {
         ));
     }
     if !spec.pod_name.is_empty() {
-        name("podName", &spec.pod_name, names::SUBDOMAIN, names::SUBDOMAIN_RULE)?;
+        name(
+            "podName",
+            &spec.pod_name,
+            names::SUBDOMAIN,
+            names::SUBDOMAIN_RULE,
+        )?;
     }
     if let Some(c) = &spec.container {
         name("container", c, names::LABEL, names::LABEL_RULE)?;

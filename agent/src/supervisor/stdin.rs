@@ -64,7 +64,9 @@ impl Taken {
         if from >= to {
             return true;
         }
-        let kept = self.0.range((from - kept_from) as usize..(to - kept_from) as usize);
+        let kept = self
+            .0
+            .range((from - kept_from) as usize..(to - kept_from) as usize);
         kept.eq(data[(from - offset) as usize..(to - offset) as usize].iter())
     }
 }
