@@ -64,6 +64,7 @@ pub async fn request(sock: &Path, req: &Control) -> Result<Option<ControlReply>,
         Err(match reply.code {
             Some(ErrorCode::StdinOffsetMismatch) => AgentError::StdinOffsetMismatch(message),
             Some(ErrorCode::StdinUnavailable) => AgentError::StdinUnavailable(message),
+            Some(ErrorCode::StdinConflict) => AgentError::StdinConflict(message),
             _ => AgentError::InvalidRequest(message),
         })
     };

@@ -58,6 +58,9 @@ pub enum AgentError {
     StdinOffsetMismatch(String),
     #[error("{0}")]
     StdinUnavailable(String),
+    /// A stdin write over accepted bytes that differs from them.
+    #[error("{0}")]
+    StdinConflict(String),
 }
 
 impl AgentError {
@@ -86,6 +89,7 @@ impl AgentError {
             AgentError::OutputFreed(_) => ErrorCode::OutputFreed,
             AgentError::StdinOffsetMismatch(_) => ErrorCode::StdinOffsetMismatch,
             AgentError::StdinUnavailable(_) => ErrorCode::StdinUnavailable,
+            AgentError::StdinConflict(_) => ErrorCode::StdinConflict,
         }
     }
 
@@ -111,7 +115,8 @@ impl AgentError {
             | ErrorCode::ProcessSpawnFailed
             | ErrorCode::RuntimeUnsupported
             | ErrorCode::StdinOffsetMismatch
-            | ErrorCode::StdinUnavailable => 409,
+            | ErrorCode::StdinUnavailable
+            | ErrorCode::StdinConflict => 409,
             ErrorCode::OperationInterrupted | ErrorCode::AgentUnavailable => 503,
             _ => 500,
         }

@@ -157,11 +157,12 @@ pub fn segments(dir: &Path) -> io::Result<Vec<Segment>> {
     Ok(out)
 }
 
-/// Output bytes in the complete frames of a segment (headers only are read).
-fn payload_bytes(path: &Path) -> io::Result<u64> {
+/// Output bytes in the complete frames of a segment (headers only are read), and how many of
+/// them are lost frames' counts.
+fn payload_bytes(path: &Path) -> io::Result<(u64, u64)> {
     let mut r = BufReader::new(File::open(path)?);
     let len = r.get_ref().metadata()?.len();
-    let (mut at, mut data) = (0u64, 0u64);
+    let (mut at, mut data, mut lost) = (0u64, 0u64, 0u64);
     let mut hdr = [0u8; HEADER];
     while at + HEADER as u64 <= len {
         r.read_exact(&mut hdr)?;
@@ -173,13 +174,14 @@ fn payload_bytes(path: &Path) -> io::Result<u64> {
             let mut b = [0u8; 8];
             r.read_exact(&mut b)?;
             data += u64::from_le_bytes(b);
+            lost += u64::from_le_bytes(b);
         } else {
             r.seek_relative(n as i64)?;
             data += n;
         }
         at += HEADER as u64 + n;
     }
-    Ok(data)
+    Ok((data, lost))
 }
 
 /// A retained segment as the writer tracks it.
@@ -188,6 +190,8 @@ struct Retained {
     start: Pos,
     len: u64,
     data: u64,
+    /// Of `data`, the bytes lost frames stand for (no output to read there).
+    lost: u64,
 }
 
 /// Appends frames; owned by the supervisor (single writer).
@@ -215,7 +219,7 @@ impl LedgerWriter {
         let seg_limit = (cap / 4).max(4096);
         let mut retained: Vec<Retained> = Vec::new();
         for seg in segments(dir)? {
-            let data = payload_bytes(&seg.path)?;
+            let (data, lost) = payload_bytes(&seg.path)?;
             // A segment of an older agent: count on from its predecessor (or from its offset).
             let data_before = seg.data_before.unwrap_or(match retained.last() {
                 Some(r) => r.start.data + r.data,
@@ -228,6 +232,7 @@ impl LedgerWriter {
                 },
                 len: fs::metadata(&seg.path)?.len(),
                 data,
+                lost,
             });
         }
         let last = retained.last().copied();
@@ -247,6 +252,7 @@ impl LedgerWriter {
                     start: p,
                     len: 0,
                     data: 0,
+                    lost: 0,
                 });
                 OpenOptions::new()
                     .create(true)
@@ -301,6 +307,14 @@ impl LedgerWriter {
     /// Output bytes that could not be stored (write errors), counted as gaps.
     pub fn lost(&self) -> u64 {
         self.lost_total
+    }
+
+    /// Output bytes no reader can have (`output.droppedBytes`), each counted once: all before the
+    /// oldest retained segment (a dropped lost frame's bytes among them), the lost frames still
+    /// retained, and the loss not recorded yet. Read from the segments, so exact after a reopen.
+    pub fn unreadable(&self) -> u64 {
+        let retained_lost: u64 = self.retained.iter().map(|r| r.lost).sum();
+        self.dropped() + retained_lost + self.lost_pending
     }
 
     /// Appends output. A failed write (e.g. ENOSPC) stores nothing of the frame (the segment is
@@ -420,6 +434,9 @@ impl LedgerWriter {
         if let Some(last) = self.retained.last_mut() {
             last.len += total as u64;
             last.data += counts;
+            if kind == LOST {
+                last.lost += counts;
+            }
         }
         Ok(())
     }
@@ -453,6 +470,7 @@ impl LedgerWriter {
             start: self.end,
             len: 0,
             data: 0,
+            lost: 0,
         });
         let mut total: u64 = self.retained.iter().map(|s| s.len).sum();
         while total > self.cap && self.retained.len() > 1 {
@@ -658,6 +676,49 @@ mod tests {
             "{all:?}"
         );
         assert_eq!(end.data, 9);
+    }
+
+    /// `output.droppedBytes` is exactly what no reader gets, also once the segment holding a
+    /// lost frame is dropped (its bytes were once counted both as dropped and as lost).
+    #[test]
+    fn unreadable_counts_a_lost_range_once() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = |w: &LedgerWriter| {
+            let (all, end) = read_after(d.path(), Pos::default(), u64::MAX).unwrap();
+            let read: usize = data(&all).iter().map(|(_, b)| b.len()).sum();
+            assert_eq!(end.data, w.end_pos().data);
+            end.data - read as u64
+        };
+        let w = LedgerWriter::open(d.path(), 16384).unwrap();
+        let mut w = w.with_floor(u64::MAX);
+        assert!(w.append(Stream::Stdout, 1, &[b'x'; 100]).is_err());
+        assert_eq!(w.unreadable(), 100, "pending");
+        let mut w = w.with_floor(0);
+        w.flush_lost(2).unwrap();
+        assert_eq!((w.unreadable(), missing(&w)), (100, 100), "recorded");
+        // Enough output to rotate several times: the lost frame's segment is dropped.
+        for i in 0..40 {
+            w.append(Stream::Stdout, 3 + i, &[b'y'; 1000]).unwrap();
+        }
+        assert!(w.dropped() > 100, "the first segment was dropped");
+        assert_eq!(w.unreadable(), missing(&w));
+        assert_eq!(w.unreadable(), w.dropped());
+        drop(w);
+        let w = LedgerWriter::open(d.path(), 16384).unwrap();
+        assert_eq!(w.unreadable(), missing(&w), "after a reopen");
+        // A lost frame still retained after a reopen is counted from the segment.
+        let d2 = tempfile::tempdir().unwrap();
+        let mut w = LedgerWriter::open(d2.path(), 1 << 20)
+            .unwrap()
+            .with_floor(u64::MAX);
+        let _ = w.append(Stream::Stderr, 1, b"gone");
+        let mut w = w.with_floor(0);
+        w.flush_lost(2).unwrap();
+        drop(w);
+        assert_eq!(
+            LedgerWriter::open(d2.path(), 1 << 20).unwrap().unreadable(),
+            4
+        );
     }
 
     #[test]

@@ -24,10 +24,28 @@ fn addrs(port: u16) -> [SocketAddr; 2] {
     ]
 }
 
-pub fn tcp_probe(port: u16) -> bool {
-    addrs(port)
+/// Why a port check did not pass, classified here once for tcpSocket and httpGet: whether
+/// anything accepted the connection is the first thing a user needs to know.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PortFailure {
+    #[error("nothing accepted a connection on port {0}")]
+    NotAccepted(u16),
+    #[error("port {0} accepted the connection but sent no HTTP status line")]
+    NoHttpAnswer(u16),
+}
+
+pub fn tcp_check(port: u16) -> Result<(), PortFailure> {
+    match addrs(port)
         .iter()
         .any(|a| TcpStream::connect_timeout(a, DIAL_TIMEOUT).is_ok())
+    {
+        true => Ok(()),
+        false => Err(PortFailure::NotAccepted(port)),
+    }
+}
+
+pub fn tcp_probe(port: u16) -> bool {
+    tcp_check(port).is_ok()
 }
 
 /// Most time one address may take, dial included: a server that trickles its answer a byte at
@@ -35,12 +53,14 @@ pub fn tcp_probe(port: u16) -> bool {
 const HTTP_BUDGET: Duration = Duration::from_secs(2);
 
 /// Status code of `GET path` on localhost:port, if the server answered with an HTTP status line.
-pub fn http_status(port: u16, path: &str) -> Option<u16> {
+pub fn http_status(port: u16, path: &str) -> Result<u16, PortFailure> {
+    let mut accepted = false;
     for addr in addrs(port) {
         let until = Instant::now() + HTTP_BUDGET;
         let Ok(mut s) = TcpStream::connect_timeout(&addr, DIAL_TIMEOUT) else {
             continue;
         };
+        accepted = true;
         let left = || until.saturating_duration_since(Instant::now());
         let _ = s.set_read_timeout(Some(left().max(Duration::from_millis(1))));
         let _ = s.set_write_timeout(Some(left().max(Duration::from_millis(1))));
@@ -69,15 +89,18 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
         let mut parts = line.split_whitespace();
         if parts.next().is_some_and(|v| v.starts_with("HTTP/")) {
             if let Some(code) = parts.next().and_then(|c| c.parse().ok()) {
-                return Some(code);
+                return Ok(code);
             }
         }
     }
-    None
+    Err(match accepted {
+        true => PortFailure::NoHttpAnswer(port),
+        false => PortFailure::NotAccepted(port),
+    })
 }
 
 pub fn http_probe(port: u16, path: &str, range: &StatusRange) -> bool {
-    http_status(port, path).is_some_and(|c| c >= range.min && c <= range.max)
+    http_status(port, path).is_ok_and(|c| c >= range.min && c <= range.max)
 }
 
 /// Outcome sent from a probe thread to the supervisor loop (one byte on a pipe).
@@ -297,8 +320,31 @@ mod tests {
             }
         });
         assert!(tcp_probe(port));
-        assert_eq!(http_status(port, "/healthz"), Some(204));
+        assert_eq!(http_status(port, "/healthz"), Ok(204));
         assert!(!http_probe(port, "/", &StatusRange { min: 200, max: 203 }));
         drop(TcpListener::bind("127.0.0.1:0").unwrap());
+    }
+
+    /// A listener that is gone is told apart from a server that says nothing, for both kinds.
+    #[test]
+    fn port_failures_say_whether_anything_accepted() {
+        let gone = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = gone.local_addr().unwrap().port();
+        drop(gone);
+        assert_eq!(tcp_check(port), Err(PortFailure::NotAccepted(port)));
+        let e = http_status(port, "/").unwrap_err();
+        assert_eq!(e, PortFailure::NotAccepted(port));
+        assert_eq!(
+            e.to_string(),
+            format!("nothing accepted a connection on port {port}")
+        );
+        let mute = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = mute.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for s in mute.incoming().take(1) {
+                drop(s); // accepted, closed without a word
+            }
+        });
+        assert_eq!(http_status(port, "/"), Err(PortFailure::NoHttpAnswer(port)));
     }
 }

@@ -87,6 +87,12 @@ async fn bytes_arrive_once_in_order_across_retries_and_an_agent_restart() {
     assert_eq!((s, v["bytes"].as_u64()), (200, Some(at)), "{v}");
     let (s, v) = f.agent.stdin(&id, 10, &data[10..20], false).await;
     assert_eq!((s, v["bytes"].as_u64()), (200, Some(at)), "{v}");
+    // A retry with other bytes than were taken there is refused, not acknowledged.
+    let mut other = data[at as usize - 100..at as usize].to_vec();
+    other[50] ^= 1;
+    let (s, v) = f.agent.stdin(&id, at - 100, &other, false).await;
+    assert_eq!((s, v["code"].as_str()), (409, Some("StdinConflict")), "{v}");
+    // (Nothing of it was written: the digest at the end is of `data` alone.)
     // A gap and an overlap: refused, naming where to write from.
     for offset in [at + 5, at - 5] {
         let (s, v) = f
@@ -182,4 +188,38 @@ async fn without_stdin_writes_are_refused_and_the_process_reads_nothing() {
     let rec = f.agent.wait_final(&r.exec_id, T).await;
     assert_eq!(rec.output.tail, "eof\n");
     assert_eq!(rec.stdin, None);
+}
+
+/// Two writers at the same offset at once, with different bytes: one is taken, the other is
+/// refused as a conflict (never acknowledged and dropped), and so is its retry.
+#[tokio::test]
+async fn different_bytes_at_the_same_offset_conflict() {
+    let f = fx();
+    let r = f.agent.start(&with_stdin(&f.ctr, &["cat"])).await.unwrap();
+    let id = r.exec_id.clone();
+    let (a, b) = (
+        b"from writer A\n".as_slice(),
+        b"from writer B!\n".as_slice(),
+    );
+    let ((sa, va), (sb, vb)) = tokio::join!(
+        f.agent.stdin(&id, 0, a, false),
+        f.agent.stdin(&id, 0, b, false)
+    );
+    let (winner, loser, lost) = match (sa, sb) {
+        (200, 409) => (a, b, vb),
+        (409, 200) => (b, a, va),
+        other => panic!("one taken, one refused: {other:?} {va} {vb}"),
+    };
+    assert_eq!(lost["code"].as_str(), Some("StdinConflict"), "{lost}");
+    let (s, v) = f.agent.stdin(&id, 0, loser, false).await;
+    assert_eq!((s, v["code"].as_str()), (409, Some("StdinConflict")), "{v}");
+    // The winner's retry is acknowledged, and the stream is the winner's bytes only.
+    let (s, v) = f.agent.stdin(&id, 0, winner, true).await;
+    assert_eq!((s, v["closed"].as_bool()), (200, Some(true)), "{v}");
+    let rec = f.agent.wait_final(&id, T).await;
+    assert_eq!(rec.exit.map(|e| e.code), Some(0));
+    assert_eq!(
+        text(&f.agent.logs(&id, "").await, Some("stdout")).as_bytes(),
+        winner
+    );
 }

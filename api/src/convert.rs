@@ -186,7 +186,8 @@ impl ErrorCode {
             | W::TooManyRequests
             | W::OutputFreed
             | W::StdinOffsetMismatch
-            | W::StdinUnavailable => return None,
+            | W::StdinUnavailable
+            | W::StdinConflict => return None,
         })
     }
 }

@@ -4,9 +4,10 @@
 //! The OpenAPI schema (bounds, patterns, defaults and CEL `x-kubernetes-validations`, including
 //! the immutability rules) holds what the API server must enforce at apply; every rule, those
 //! included, is in [`crate::validate`] once, for the operator and the agent's door.
-use crate::validate::Violation;
+use crate::validate::{names, Violation};
 /// Leaf types the object shares with the wire: one definition, so they cannot drift.
 pub use crate::wire::{ExitStatus, LogStream};
+use crate::wire::{MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MIN_CPU_MILLIS, MIN_MEMORY_BYTES};
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -76,6 +77,9 @@ pub struct SandboxProcessSpec {
     /// Target pod, in the same namespace. Exactly one of `podName`, `podSelector`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(min = 1, max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        name_rule("podName", names::SUBDOMAIN, names::SUBDOMAIN_RULE)
+    ]))]
     pub pod_name: String,
 
     /// Target pod by labels, in the same namespace, instead of `podName`: the operator picks one
@@ -90,7 +94,10 @@ pub struct SandboxProcessSpec {
     /// Container of the pod. Default: the pod's `kubectl.kubernetes.io/default-container`
     /// annotation, else its first container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 63))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        name_rule("container", names::LABEL, names::LABEL_RULE)
+    ]))]
     pub container: Option<String>,
 
     /// argv of the process (no shell); the first item is the executable.
@@ -177,12 +184,24 @@ pub struct ResourcesSpec {
 /// `spec.resources.limits`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct ResourceLimitsSpec {
-    /// CPU as a Kubernetes quantity (`500m`, `2`), at least 10m: CFS bandwidth for the tree.
+    /// CPU as a Kubernetes quantity (`500m`, `2`), 10m-1000000: CFS bandwidth for the tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [limit_rule(
+        "resources.limits.cpu",
+        &format!("{}m", MIN_CPU_MILLIS - 1),
+        &format!("{MAX_CPU_MILLIS}m"),
+        &format!("{MIN_CPU_MILLIS}m-{}", MAX_CPU_MILLIS / 1000),
+    )]))]
     pub cpu: Option<crate::quantity::Quantity>,
     /// Memory as a Kubernetes quantity (`64Mi`, `1G`), at least 4Mi: the tree's memory cgroup
     /// limit; reaching it ends the process with `endReason: OOMKilled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [limit_rule(
+        "resources.limits.memory",
+        &(MIN_MEMORY_BYTES - 1).to_string(),
+        &MAX_MEMORY_BYTES.to_string(),
+        &format!("4Mi-{MAX_MEMORY_BYTES}"),
+    )]))]
     pub memory: Option<crate::quantity::Quantity>,
     /// Most processes and threads the tree may hold at once (1–2147483647); `fork` fails
     /// inside beyond it.
@@ -228,6 +247,28 @@ impl ResourceLimitsSpec {
     }
 }
 
+/// The CEL twin of a [`names`] check, with the validator's pattern.
+fn name_rule(field: &str, pattern: &str, rule: &str) -> serde_json::Value {
+    serde_json::json!({
+        "rule": format!("self.matches('{pattern}')"),
+        "message": format!("{field} must be {rule}"),
+    })
+}
+
+/// The CEL twin of [`crate::wire::ResourceLimits::check`]: the agent rounds a quantity up to a
+/// whole unit (millicore, byte), so it reaches the minimum exactly when it is above the unit
+/// before it (`above`), and stays within the maximum exactly when it is at most `at_most`.
+/// The value is an int or a string (`string(self)` reads both).
+fn limit_rule(field: &str, above: &str, at_most: &str, range: &str) -> serde_json::Value {
+    let q = "quantity(string(self))";
+    serde_json::json!({
+        "rule": format!(
+            "isQuantity(string(self)) && {q}.compareTo(quantity('{above}')) > 0 && {q}.compareTo(quantity('{at_most}')) <= 0"
+        ),
+        "message": format!("{field} must be a quantity of {range}"),
+    })
+}
+
 fn default_stop_signal() -> i32 {
     15
 }
@@ -241,8 +282,13 @@ fn default_grace() -> i64 {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSelector {
-    /// Labels the pod must have, with these values.
+    /// Labels the pod must have, with these values (at most 64).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    // Values by the schema's pattern: a CEL rule over a map's keys costs more than the API
+    // server's budget (keys have no length bound), so keys are the validator's alone.
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {
+        "type": "string", "maxLength": 63, "pattern": names::LABEL_VALUE,
+    }))]
     pub match_labels: std::collections::BTreeMap<String, String>,
     /// Requirements on the pod's labels.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -259,12 +305,19 @@ pub struct PodSelector {
 pub struct SelectorRequirement {
     /// The label key.
     #[schemars(length(min = 1, max = 317))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        name_rule("podSelector.matchExpressions[].key", names::LABEL_KEY, names::LABEL_KEY_RULE)
+    ]))]
     pub key: String,
     /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
     pub operator: SelectorOperator,
     /// The values for `In` and `NotIn`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(max = 63)))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": format!("self.all(v, v.matches('{}'))", names::LABEL_VALUE),
+        "message": format!("podSelector.matchExpressions[].values must each be {}", names::LABEL_VALUE_RULE),
+    }]))]
     pub values: Vec<String>,
 }
 
@@ -344,6 +397,9 @@ pub struct EnvVarSource {
 pub struct KeySelector {
     /// The Secret's or ConfigMap's name (a DNS subdomain).
     #[schemars(length(min = 1, max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        name_rule("valueFrom name", names::SUBDOMAIN, names::SUBDOMAIN_RULE)
+    ]))]
     pub name: String,
     /// The key in its data.
     #[schemars(length(min = 1, max = 253))]

@@ -27,11 +27,15 @@ impl<'de> Deserialize<'de> for Quantity {
         enum Raw {
             Int(i64),
             Uint(u64),
+            // `cpu: 1.5`, as a Pod takes it: the shortest decimal that reads back as the same
+            // number, which is what was written for any value of up to 15 digits.
+            Float(f64),
             Str(String),
         }
         Ok(Quantity(match Raw::deserialize(d)? {
             Raw::Int(i) => i.to_string(),
             Raw::Uint(u) => u.to_string(),
+            Raw::Float(f) => f.to_string(),
             Raw::Str(s) => s,
         }))
     }
@@ -223,6 +227,10 @@ mod tests {
     fn integers_in_yaml_are_kept() {
         let v: Quantity = serde_json::from_str("2").unwrap();
         assert_eq!(v, q("2"));
+        let v: Quantity = serde_json::from_str("1.5").unwrap();
+        assert_eq!(v.millicores(), Ok(1500));
+        let v: Quantity = serde_json::from_str("1e20").unwrap();
+        assert_eq!(v, q("100000000000000000000"));
         let v: Quantity = serde_json::from_str("\"250m\"").unwrap();
         assert_eq!(v.millicores(), Ok(250));
         assert_eq!(serde_json::to_string(&q("1Gi")).unwrap(), "\"1Gi\"");

@@ -27,6 +27,42 @@ pub const PERIOD_MILLIS: RangeInclusive<u64> = 10..=3_600_000;
 /// `readiness.httpGet.status` bounds.
 pub const HTTP_STATUS: RangeInclusive<u16> = 100..=599;
 
+/// Names as the API server checks them: a name no object can have would wait as not found until
+/// the start deadline, a label no pod can carry would never match. Written without backslashes
+/// so the CRD's CEL rules (`self.matches('…')`) use the very same patterns.
+pub mod names {
+    /// A DNS-1123 subdomain (pod, Secret and ConfigMap names), at most [`SUBDOMAIN_MAX`] bytes.
+    pub const SUBDOMAIN: &str =
+        "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+    pub const SUBDOMAIN_MAX: usize = 253;
+    pub const SUBDOMAIN_RULE: &str = "a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters";
+    /// A DNS-1123 label (container names), at most 63 bytes.
+    pub const LABEL: &str = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
+    pub const LABEL_RULE: &str = "a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters";
+    /// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63 bytes.
+    pub const LABEL_KEY: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$";
+    pub const LABEL_KEY_RULE: &str = "a label key: an optional DNS subdomain prefix and '/', then 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit";
+    /// A label value: empty, or at most 63 bytes of the label name alphabet.
+    pub const LABEL_VALUE: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$";
+    pub const LABEL_VALUE_RULE: &str = "a label value: empty, or 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit";
+
+    /// `Err(message)` unless `value` matches `pattern` (and a label key's prefix is a subdomain
+    /// of at most 253 bytes, which the pattern cannot count).
+    pub fn check(value: &str, pattern: &str, rule: &str) -> Result<(), String> {
+        let ok = regex_lite::Regex::new(pattern).is_ok_and(|re| re.is_match(value))
+            && (pattern != SUBDOMAIN || value.len() <= SUBDOMAIN_MAX)
+            && (pattern != LABEL_KEY
+                || value
+                    .rsplit_once('/')
+                    .is_none_or(|(prefix, _)| prefix.len() <= SUBDOMAIN_MAX));
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("{value:?} is not {rule}"))
+        }
+    }
+}
+
 /// A rule broken: the field (a path below `spec`, e.g. `command[0]`), what is wrong with it, and
 /// the error code the object's status (and the agent's answer) carries for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -331,19 +367,19 @@ pub fn spec(spec: &crate::crd::SandboxProcessSpec) -> Result<(), Violation> {
             "exactly one of podName, podSelector must be set",
         ));
     }
-    if spec.container.as_deref() == Some("") {
-        return Err(Violation::new("container", "must not be empty when set"));
+    if !spec.pod_name.is_empty() {
+        name(
+            "podName",
+            &spec.pod_name,
+            names::SUBDOMAIN,
+            names::SUBDOMAIN_RULE,
+        )?;
+    }
+    if let Some(c) = &spec.container {
+        name("container", c, names::LABEL, names::LABEL_RULE)?;
     }
     if let Some(sel) = &spec.pod_selector {
-        use crate::crd::SelectorOperator::{In, NotIn};
-        for (i, r) in sel.match_expressions.iter().enumerate() {
-            if matches!(r.operator, In | NotIn) == r.values.is_empty() {
-                return Err(Violation::new(
-                    format!("podSelector.matchExpressions[{i}].values"),
-                    "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
-                ));
-            }
-        }
+        selector(sel)?;
     }
     for (i, e) in spec.env.iter().enumerate() {
         let Some(from) = &e.value_from else { continue };
@@ -361,7 +397,10 @@ pub fn spec(spec: &crate::crd::SandboxProcessSpec) -> Result<(), Violation> {
             Some((_, r)) if r.name.is_empty() || r.key.is_empty() => {
                 return Err(Violation::new(field, "name and key must not be empty"))
             }
-            Some(_) => {}
+            Some((kind, r)) => {
+                let field = format!("{field}.{}KeyRef.name", kind_field(kind));
+                name(&field, &r.name, names::SUBDOMAIN, names::SUBDOMAIN_RULE)?;
+            }
         }
     }
     seconds(
@@ -384,6 +423,51 @@ pub fn spec(spec: &crate::crd::SandboxProcessSpec) -> Result<(), Violation> {
         container: "-",
     };
     process(&start_request(spec, target, &unread)?)
+}
+
+#[cfg(feature = "crd")]
+fn kind_field(kind: &str) -> &'static str {
+    if kind == "Secret" {
+        "secret"
+    } else {
+        "configMap"
+    }
+}
+
+#[cfg(feature = "crd")]
+fn name(field: &str, value: &str, pattern: &str, rule: &str) -> Result<(), Violation> {
+    names::check(value, pattern, rule).map_err(|m| Violation::new(field, m))
+}
+
+/// A pod selector's keys and values must be ones a pod's labels can have.
+#[cfg(feature = "crd")]
+fn selector(sel: &crate::crd::PodSelector) -> Result<(), Violation> {
+    use crate::crd::SelectorOperator::{In, NotIn};
+    for (k, v) in &sel.match_labels {
+        let field = format!("podSelector.matchLabels[{k:?}]");
+        name(&field, k, names::LABEL_KEY, names::LABEL_KEY_RULE)?;
+        name(&field, v, names::LABEL_VALUE, names::LABEL_VALUE_RULE)?;
+    }
+    for (i, r) in sel.match_expressions.iter().enumerate() {
+        let field = format!("podSelector.matchExpressions[{i}]");
+        if matches!(r.operator, In | NotIn) == r.values.is_empty() {
+            return Err(Violation::new(
+                format!("{field}.values"),
+                "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
+            ));
+        }
+        name(
+            &format!("{field}.key"),
+            &r.key,
+            names::LABEL_KEY,
+            names::LABEL_KEY_RULE,
+        )?;
+        for (j, v) in r.values.iter().enumerate() {
+            let field = format!("{field}.values[{j}]");
+            name(&field, v, names::LABEL_VALUE, names::LABEL_VALUE_RULE)?;
+        }
+    }
+    Ok(())
 }
 
 /// The rules only the API server can check, between an object and its previous version: every

@@ -54,6 +54,9 @@ pub enum ErrorCode {
     StdinOffsetMismatch,
     /// The process has no stdin to write: not enabled (`spec.stdin`), closed, or ended.
     StdinUnavailable,
+    /// A stdin write over bytes already accepted differs from them (another writer at the same
+    /// offset, or a retry with other content): refused, never acknowledged (HTTP 409).
+    StdinConflict,
 }
 
 impl ErrorCode {
@@ -78,6 +81,7 @@ impl ErrorCode {
             ErrorCode::OutputFreed => "OutputFreed",
             ErrorCode::StdinOffsetMismatch => "StdinOffsetMismatch",
             ErrorCode::StdinUnavailable => "StdinUnavailable",
+            ErrorCode::StdinConflict => "StdinConflict",
         }
     }
 }
@@ -226,9 +230,13 @@ pub struct ResourceLimits {
     pub pids: Option<u64>,
 }
 
-/// The smallest limits the agent applies (a smaller one is refused, not raised).
+/// The bounds of the limits the agent applies (one outside is refused, not clamped); the CRD's
+/// CEL rules are built from these too, so apply refuses what the agent would.
 pub const MIN_CPU_MILLIS: u64 = 10;
+pub const MAX_CPU_MILLIS: u64 = 1_000_000_000;
 pub const MIN_MEMORY_BYTES: u64 = 4 << 20;
+pub const MAX_MEMORY_BYTES: u64 = i64::MAX as u64;
+pub const MAX_PIDS: u64 = i32::MAX as u64;
 
 impl ResourceLimits {
     /// `Err((field, message))`, field as in the SandboxProcess spec.
@@ -240,7 +248,7 @@ impl ResourceLimits {
                     format!("{c}m: must be at least {MIN_CPU_MILLIS}m"),
                 ));
             }
-            if c > 1_000_000_000 {
+            if c > MAX_CPU_MILLIS {
                 return Err(("resources.limits.cpu", format!("{c}m: too large")));
             }
         }
@@ -251,15 +259,15 @@ impl ResourceLimits {
                     format!("{m} bytes: must be at least 4Mi"),
                 ));
             }
-            if m > i64::MAX as u64 {
+            if m > MAX_MEMORY_BYTES {
                 return Err(("resources.limits.memory", format!("{m} bytes: too large")));
             }
         }
         if let Some(p) = self.pids {
-            if p == 0 || p > i32::MAX as u64 {
+            if p == 0 || p > MAX_PIDS {
                 return Err((
                     "resources.limits.pids",
-                    format!("{p}: must be 1-{}", i32::MAX),
+                    format!("{p}: must be 1-{MAX_PIDS}"),
                 ));
             }
         }

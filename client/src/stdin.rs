@@ -103,6 +103,14 @@ pub(crate) async fn send(
                     return Ok(end);
                 }
             }
+            // Bytes over what stdin took there differ (another writer): its own code.
+            Err(kube::Error::Api(s)) if s.code == 409 && s.message.contains("StdinConflict") => {
+                return Err(Error::Api {
+                    code: 409,
+                    reason: "StdinConflict".into(),
+                    message: s.message,
+                });
+            }
             Err(e) if transient(&e) && failures < RETRIES => {
                 failures += 1;
                 tokio::time::sleep(Duration::from_millis(250 * u64::from(failures.min(8)))).await;

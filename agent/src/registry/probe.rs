@@ -86,35 +86,20 @@ impl Registry {
 }
 
 fn check(probe: &ProbeKind) -> ProbeResult {
-    match probe {
-        ProbeKind::TcpSocket { port } => {
-            let ready = readiness::tcp_probe(*port);
-            ProbeResult {
-                ready,
-                message: if ready {
-                    String::new()
-                } else {
-                    format!("nothing accepted a connection on port {port}")
-                },
-            }
-        }
+    let (ready, message) = match probe {
+        ProbeKind::TcpSocket { port } => match readiness::tcp_check(*port) {
+            Ok(()) => (true, String::new()),
+            Err(e) => (false, e.to_string()),
+        },
         ProbeKind::HttpGet { port, path, status } => match readiness::http_status(*port, path) {
-            Some(code) if code >= status.min && code <= status.max => ProbeResult {
-                ready: true,
-                message: format!("HTTP {code}"),
-            },
-            Some(code) => ProbeResult {
-                ready: false,
-                message: format!("HTTP {code}, not {}-{}", status.min, status.max),
-            },
-            None => ProbeResult {
-                ready: false,
-                message: format!("no HTTP answer on port {port}"),
-            },
+            Ok(code) if code >= status.min && code <= status.max => (true, format!("HTTP {code}")),
+            Ok(code) => (
+                false,
+                format!("HTTP {code}, not {}-{}", status.min, status.max),
+            ),
+            Err(e) => (false, e.to_string()),
         },
-        ProbeKind::LogMatch { .. } => ProbeResult {
-            ready: false,
-            message: "not a port check".into(),
-        },
-    }
+        ProbeKind::LogMatch { .. } => (false, "not a port check".into()),
+    };
+    ProbeResult { ready, message }
 }

@@ -159,6 +159,8 @@ struct Supervisor {
     probe_pipe: Option<OwnedFd>,
     /// The write end of the process's stdin (`stdin: true`), until it is closed.
     stdin: Option<OwnedFd>,
+    /// The last stdin bytes taken, to compare a write over them with.
+    stdin_taken: stdin::Taken,
     probe_cancel: Arc<AtomicBool>,
     dirty_since: Option<Instant>,
     oom_before: Option<u64>,

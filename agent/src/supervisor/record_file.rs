@@ -25,7 +25,7 @@ impl Supervisor {
         self.rec.revision += 1;
         self.rec.output.tail = self.tail_text();
         self.ledger.notice_removed();
-        self.rec.output.dropped_bytes = self.ledger.dropped() + self.ledger.lost();
+        self.rec.output.dropped_bytes = self.ledger.unreadable();
         self.dirty_since = None;
         if durable {
             self.write_final()
@@ -75,7 +75,7 @@ impl Supervisor {
                     {
                         std::thread::sleep(Duration::from_secs(1));
                     }
-                    self.rec.output.dropped_bytes = self.ledger.dropped() + self.ledger.lost();
+                    self.rec.output.dropped_bytes = self.ledger.unreadable();
                 }
                 Err(e) => return Err(e),
             }

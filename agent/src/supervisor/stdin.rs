@@ -1,15 +1,22 @@
 //! The process's stdin (`stdin: true`): the supervisor holds the pipe's write end for the
 //! process's whole life, so input survives agent restarts and client reconnects. Writes are
 //! exactly-once and ordered by byte offset: one is accepted only at the current end; a retry of
-//! accepted bytes is acknowledged without writing them again; a gap or an overlap is refused with
-//! the current end. The pipe is non-blocking: what the process does not read yet is not taken
-//! (the acknowledged offset says how much was), so memory never grows with unread input.
+//! accepted bytes is acknowledged without writing them again, if they are the same bytes; a gap or
+//! an overlap is refused with the current end. A write over accepted bytes that differ (a second
+//! writer at the same offset, a retry with other content) is refused as `StdinConflict`, never
+//! acknowledged: the supervisor keeps the last [`KEPT`] bytes taken to compare with, which holds
+//! any retry of a writer's last write and any write racing it (older bytes, which only a late
+//! retry of a call resumed part-way reaches, are placed by offset alone). The pipe is non-blocking: what the
+//! process does not read yet is not taken (the acknowledged offset says how much was), so memory
+//! never grows with unread input. All of this lives in the supervisor, which outlives agent
+//! restarts.
+use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::unistd::pipe2;
-use sandbox_api::wire::{ErrorCode, StdinState};
+use sandbox_api::wire::{ErrorCode, StdinState, MAX_STDIN_WRITE};
 
 use super::{stop::ControlReply, Supervisor};
 
@@ -31,6 +38,36 @@ pub(super) fn place(accepted: u64, offset: u64, len: u64) -> Place {
         Place::Taken
     } else {
         Place::Wrong
+    }
+}
+
+/// How many of the last bytes taken are kept: one whole write, the most a retry can repeat.
+pub(super) const KEPT: usize = MAX_STDIN_WRITE;
+
+/// The last bytes taken (at most [`KEPT`]), ending at the accepted end.
+#[derive(Default)]
+pub(super) struct Taken(VecDeque<u8>);
+
+impl Taken {
+    pub(super) fn push(&mut self, data: &[u8]) {
+        let data = &data[data.len().saturating_sub(KEPT)..];
+        let over = (self.0.len() + data.len()).saturating_sub(KEPT);
+        self.0.drain(..over);
+        self.0.extend(data);
+    }
+
+    /// Whether `data` at `offset` equals the bytes taken there, where it overlaps those kept
+    /// (`end`: the accepted end).
+    pub(super) fn same(&self, end: u64, offset: u64, data: &[u8]) -> bool {
+        let kept_from = end - self.0.len() as u64;
+        let (from, to) = (offset.max(kept_from), end.min(offset + data.len() as u64));
+        if from >= to {
+            return true;
+        }
+        let kept = self
+            .0
+            .range((from - kept_from) as usize..(to - kept_from) as usize);
+        kept.eq(data[(from - offset) as usize..(to - offset) as usize].iter())
     }
 }
 
@@ -62,7 +99,21 @@ impl Supervisor {
                 StdinState::default(),
             );
         };
-        match place(at.bytes, offset, data.len() as u64) {
+        let place = place(at.bytes, offset, data.len() as u64);
+        if place != Place::Append && !self.stdin_taken.same(at.bytes, offset, data) {
+            return refused(
+                ErrorCode::StdinConflict,
+                format!(
+                    "a write of {} bytes at offset {offset} differs from the bytes stdin \
+                     accepted there (another writer at the same offset, or a retry with other \
+                     content); stdin has accepted {} bytes",
+                    data.len(),
+                    at.bytes
+                ),
+                at,
+            );
+        }
+        match place {
             Place::Taken if !close || at.closed => return ControlReply::with_stdin(at),
             Place::Taken => {}
             Place::Wrong => {
@@ -84,7 +135,10 @@ impl Supervisor {
                     return refused(ErrorCode::StdinUnavailable, "stdin is closed".into(), at);
                 };
                 match nix::unistd::write(w, data) {
-                    Ok(n) => at.bytes += n as u64,
+                    Ok(n) => {
+                        at.bytes += n as u64;
+                        self.stdin_taken.push(&data[..n]);
+                    }
                     // The process is not reading: nothing taken now; the caller retries.
                     Err(Errno::EAGAIN) => {}
                     Err(Errno::EPIPE) => {
@@ -134,6 +188,36 @@ impl Supervisor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn taken_bytes_are_compared_where_a_write_overlaps_them() {
+        let mut t = Taken::default();
+        t.push(b"hello ");
+        t.push(b"world");
+        let end = 11;
+        assert!(t.same(end, 0, b"hello world"));
+        assert!(t.same(end, 6, b"world"));
+        assert!(t.same(end, 3, b"lo w"), "any sub-range");
+        assert!(!t.same(end, 6, b"WORLD"));
+        assert!(!t.same(end, 0, b"hellO"));
+        // Past the end only the overlap counts (the rest is the offset check's).
+        assert!(t.same(end, 6, b"world and more"));
+        assert!(!t.same(end, 6, b"wOrld and more"));
+        assert!(t.same(end, end, b"new"));
+        // Only the last KEPT bytes are kept: the part of a write older than them is not compared.
+        let mut t = Taken::default();
+        t.push(&vec![1u8; KEPT]);
+        t.push(b"ab");
+        let end = KEPT as u64 + 2;
+        assert!(t.same(end, 0, &[9, 9]), "older than what is kept");
+        assert!(t.same(end, 1, &[9, 1]));
+        assert!(!t.same(end, 1, &[9, 9]));
+        assert!(t.same(end, end - 2, b"ab"));
+        assert!(!t.same(end, end - 2, b"ax"));
+        let mut t = Taken::default();
+        t.push(&vec![7u8; KEPT + 10]);
+        assert_eq!(t.0.len(), KEPT);
+    }
 
     #[test]
     fn writes_are_placed_by_offset() {

@@ -280,17 +280,170 @@ const CASES: &[(&str, &str, Option<&str>)] = &[
         "startDeadlineSeconds",
         None,
     ),
-    ("podName: web\ncommand: [x]\nresources: {limits: {cpu: 5m}}\n", "resources.limits.cpu", None),
-    ("podName: web\ncommand: [x]\nresources: {limits: {cpu: 1Xi}}\n", "resources.limits.cpu", None),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {cpu: 5m}}\n",
+        "resources.limits.cpu",
+        Some("resources.limits.cpu must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {cpu: 0}}\n",
+        "resources.limits.cpu",
+        Some("resources.limits.cpu must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {cpu: '-0'}}\n",
+        "resources.limits.cpu",
+        Some("resources.limits.cpu must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {cpu: 1e20}}\n",
+        "resources.limits.cpu",
+        Some("resources.limits.cpu must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {cpu: 9m}}\n",
+        "resources.limits.cpu",
+        Some("resources.limits.cpu must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {cpu: 1000000.001}}\n",
+        "resources.limits.cpu",
+        Some("resources.limits.cpu must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {cpu: 1Xi}}\n",
+        "resources.limits.cpu",
+        Some("resources.limits.cpu must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {cpu: -1}}\n",
+        "resources.limits.cpu",
+        Some("resources.limits.cpu must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {memory: -1}}\n",
+        "resources.limits.memory",
+        Some("resources.limits.memory must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {memory: 0}}\n",
+        "resources.limits.memory",
+        Some("resources.limits.memory must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {memory: 1Ki}}\n",
+        "resources.limits.memory",
+        Some("resources.limits.memory must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {memory: 3Mi}}\n",
+        "resources.limits.memory",
+        Some("resources.limits.memory must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {memory: 1e20}}\n",
+        "resources.limits.memory",
+        Some("resources.limits.memory must be a quantity of"),
+    ),
     (
         "podName: web\ncommand: [x]\nresources: {limits: {memory: 1Mi}}\n",
         "resources.limits.memory",
-        None,
+        Some("resources.limits.memory must be a quantity of"),
     ),
     (
         "podName: web\ncommand: [x]\nresources: {limits: {memory: 16Ei}}\n",
         "resources.limits.memory",
+        Some("resources.limits.memory must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {memory: 4194303}}\n",
+        "resources.limits.memory",
+        Some("resources.limits.memory must be a quantity of"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nresources: {limits: {memory: 9223372036854775808}}\n",
+        "resources.limits.memory",
+        Some("resources.limits.memory must be a quantity of"),
+    ),
+    (
+        "podName: other-ns/pod\ncommand: [x]\n",
+        "podName",
+        Some("podName must be a DNS-1123 subdomain"),
+    ),
+    (
+        "podName: Web\ncommand: [x]\n",
+        "podName",
+        Some("podName must be a DNS-1123 subdomain"),
+    ),
+    (
+        "podName: web.\ncommand: [x]\n",
+        "podName",
+        Some("podName must be a DNS-1123 subdomain"),
+    ),
+    (
+        "podName: a_b\ncommand: [x]\n",
+        "podName",
+        Some("podName must be a DNS-1123 subdomain"),
+    ),
+    (
+        "podName: -web\ncommand: [x]\n",
+        "podName",
+        Some("podName must be a DNS-1123 subdomain"),
+    ),
+    (
+        "podName: 'web..x'\ncommand: [x]\n",
+        "podName",
+        Some("podName must be a DNS-1123 subdomain"),
+    ),
+    (
+        "podName: web\ncontainer: App\ncommand: [x]\n",
+        "container",
+        Some("container must be a DNS-1123 label"),
+    ),
+    (
+        "podName: web\ncontainer: a.b\ncommand: [x]\n",
+        "container",
+        Some("container must be a DNS-1123 label"),
+    ),
+    (
+        "podName: web\ncontainer: a_b\ncommand: [x]\n",
+        "container",
+        Some("container must be a DNS-1123 label"),
+    ),
+    (
+        "podName: web\ncontainer: 'x y'\ncommand: [x]\n",
+        "container",
+        Some("container must be a DNS-1123 label"),
+    ),
+    (
+        "podSelector: {matchLabels: {app: 'a b'}}\ncommand: [x]\n",
+        "podSelector.matchLabels[\"app\"]",
         None,
+    ),
+    (
+        "podSelector: {matchLabels: {'a/b/c': x}}\ncommand: [x]\n",
+        "podSelector.matchLabels[\"a/b/c\"]",
+        None,
+    ),
+    (
+        "podSelector: {matchExpressions: [{key: 'bad key', operator: Exists}]}\ncommand: [x]\n",
+        "podSelector.matchExpressions[0].key",
+        Some("podSelector.matchExpressions[].key must be a label key"),
+    ),
+    (
+        "podSelector: {matchExpressions: [{key: app, operator: In, values: [ok, -x]}]}\ncommand: [x]\n",
+        "podSelector.matchExpressions[0].values[1]",
+        Some("podSelector.matchExpressions[].values must each be"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nenv: [{name: A, valueFrom: {secretKeyRef: {name: Bad, key: k}}}]\n",
+        "env[0].valueFrom.secretKeyRef.name",
+        Some("valueFrom name must be a DNS-1123 subdomain"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nenv: [{name: A, valueFrom: {configMapKeyRef: {name: 'ns/cm', key: k}}}]\n",
+        "env[0].valueFrom.configMapKeyRef.name",
+        Some("valueFrom name must be a DNS-1123 subdomain"),
     ),
     ("podName: web\ncommand: [x]\nresources: {limits: {pids: 0}}\n", "resources.limits.pids", None),
 ];
@@ -323,7 +476,23 @@ fn one_table_for_the_validator_and_cel() {
     assert!(cel_create(minimal()).is_ok());
     let at_bound = "podName: web\ncommand: [x]\ntimeoutSeconds: 2147483647\nterminationGracePeriodSeconds: 2147483647\nttlSecondsAfterFinished: 2147483647\n";
     assert!(validate::spec(&spec(at_bound)).is_ok());
+    for yaml in ACCEPTED {
+        assert_eq!(validate::spec(&spec(yaml)), Ok(()), "{yaml}");
+        assert_eq!(cel_create(spec(yaml)), Ok(()), "{yaml}");
+    }
 }
+
+/// At the bounds, both enforcers accept (the agent rounds up to whole millicores and bytes).
+const ACCEPTED: &[&str] = &[
+    "podName: web\ncommand: [x]\nresources: {limits: {cpu: 10m, memory: 4Mi, pids: 1}}\n",
+    "podName: web\ncommand: [x]\nresources: {limits: {cpu: 9.001m, memory: 4194303.5}}\n",
+    "podName: web\ncommand: [x]\nresources: {limits: {cpu: 1000000, memory: 9223372036854775807}}\n",
+    "podName: web\ncommand: [x]\nresources: {limits: {cpu: 1e6, memory: 7Ei, pids: 2147483647}}\n",
+    "podName: web\ncommand: [x]\nresources: {limits: {cpu: 2, memory: 67108864}}\n",
+    "podName: a.b-c.0\ncontainer: app-1\ncommand: [x]\n",
+    "podSelector: {matchLabels: {app.kubernetes.io/name: web, tier: '', a: A_b.c-9}, matchExpressions: [{key: example.com/x, operator: In, values: ['', v1]}]}\ncommand: [x]\n",
+    "podName: web\ncommand: [x]\nenv: [{name: A, valueFrom: {secretKeyRef: {name: s.x-1, key: k}}}]\n",
+];
 
 fn collect_rules(v: &serde_json::Value, out: &mut Vec<String>) {
     match v {

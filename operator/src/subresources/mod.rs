@@ -8,7 +8,8 @@
 //! - `POST …/sandboxprocesses/NAME/stdin?offset=N&close=true|false`, the bytes as the body
 //!   (≤ 1 MiB) → `{"bytes": B, "closed": C}`: stdin took everything before byte B (less than
 //!   N + the body's length when the process has not read the rest yet: send it again from B);
-//!   a write not at B is refused (409 `StdinOffsetMismatch`). `GET …/stdin` → the same state,
+//!   a write not at B is refused (409 `StdinOffsetMismatch`), one over taken bytes that differ
+//!   from them (409 `StdinConflict`: another writer). `GET …/stdin` → the same state,
 //!   where a writer that lost its place resumes. Authorized like `signal`.
 //! - `POST …/sandboxprocesses/NAME/probe` `{"tcpSocket": {"port": N}}` or `{"httpGet": {...}}`
 //!   → `{"ready": R, "message": M}`: one port check from inside the pod's network namespace
@@ -615,6 +616,24 @@ async fn stdin_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The agent's stdin refusals reach the caller as 409 with their code first.
+    #[test]
+    fn stdin_refusals_keep_their_code() {
+        for code in [ErrorCode::StdinConflict, ErrorCode::StdinOffsetMismatch] {
+            let e = AgentError::Api {
+                url: "u".into(),
+                error: sandbox_api::wire::ApiError {
+                    code,
+                    message: "m".into(),
+                },
+            };
+            match agent_error(e, "p") {
+                SubresourceError::Conflict(m) => assert_eq!(m, format!("{code}: m")),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn stdin_parameters() {

@@ -877,6 +877,9 @@ class Process:
             try:
                 s = self._write(offset, data[offset - start:], close)
             except ApiError as e:
+                if e.status == 409 and "StdinConflict" in str(e):
+                    # Bytes over what stdin took there differ (another writer): its own code.
+                    raise ApiError(409, "StdinConflict", str(e)) from None
                 if e.status == 409 and "StdinOffsetMismatch" in str(e):
                     now = self.stdin_state()
                     if not start <= now["bytes"] <= end:
