@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use base64::Engine;
 use sandbox_api::wire::{
     LogEvent, LogQuery, LogStream, ProcessList, ProcessRecord, SignalRequest, StartRequest,
-    WatchEvent,
+    WatchEvent, LOG_KEEPALIVE,
 };
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
@@ -318,6 +318,9 @@ impl LogReader {
     /// Sends output from `pos` until the end (or maxBytes), then the event that says which.
     async fn send_from(mut self, mut pos: Pos) {
         let mut final_seen = false;
+        // When this stream last sent something: an idle follow sends a keepalive line after
+        // LOG_KEEPALIVE of silence, so its reader can tell an idle process from a dead link.
+        let mut last_sent = tokio::time::Instant::now();
         loop {
             let Some((entries, next)) = self.read(pos, self.budget.min(READ_CHUNK)).await else {
                 break;
@@ -330,6 +333,7 @@ impl LogReader {
                 if self.tx.send(line(&ev)).await.is_err() {
                     return; // client went away
                 }
+                last_sent = tokio::time::Instant::now();
             }
             pos = next;
             if self.budget == 0 {
@@ -342,7 +346,14 @@ impl LogReader {
             if !self.follow || final_seen {
                 break;
             }
-            final_seen = self.wait_for_more().await;
+            if last_sent.elapsed() >= LOG_KEEPALIVE {
+                if self.tx.send(Bytes::from_static(b"\n")).await.is_err() {
+                    return;
+                }
+                last_sent = tokio::time::Instant::now();
+            }
+            let keepalive_due = LOG_KEEPALIVE.saturating_sub(last_sent.elapsed());
+            final_seen = self.wait_for_more(keepalive_due).await;
         }
         let record = self.registry.get(&self.id).ok().filter(|r| r.is_final());
         let _ = self
@@ -417,8 +428,9 @@ impl LogReader {
     }
 
     /// The final record is written after output is drained: once seen, one more read gets
-    /// everything. Until then, waits for the ledger to change. `true`: the record is final.
-    async fn wait_for_more(&mut self) -> bool {
+    /// everything. Until then, waits for the ledger to change, `at_most` (the next keepalive).
+    /// `true`: the record is final.
+    async fn wait_for_more(&mut self, at_most: Duration) -> bool {
         let final_seen = self
             .registry
             .get(&self.id)
@@ -426,7 +438,7 @@ impl LogReader {
             .unwrap_or(true);
         if !final_seen {
             if let Some(w) = self.wakes.as_mut() {
-                let _ = tokio::time::timeout(FOLLOW_FALLBACK, w.changed()).await;
+                let _ = tokio::time::timeout(FOLLOW_FALLBACK.min(at_most), w.changed()).await;
             }
         }
         final_seen

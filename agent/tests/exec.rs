@@ -1120,16 +1120,32 @@ async fn idle_follows_cost_nothing_wake_on_output_and_are_capped() {
     // "late" arrives in every stream soon after it is written (t = 3 s).
     let t0 = std::time::Instant::now();
     for s in streams.iter_mut() {
-        let chunk = tokio::time::timeout(Duration::from_secs(5), s.next())
-            .await
-            .expect("a follower was not woken")
-            .unwrap()
-            .unwrap();
-        let ev: LogEvent =
-            serde_json::from_slice(chunk.split(|b| *b == b'\n').next().unwrap()).unwrap();
+        let ev = loop {
+            let chunk = tokio::time::timeout(Duration::from_secs(5), s.next())
+                .await
+                .expect("a follower was not woken")
+                .unwrap()
+                .unwrap();
+            let first = chunk.split(|b| *b == b'\n').next().unwrap();
+            if !sandbox_api::wire::log_line_is_keepalive(first) {
+                break serde_json::from_slice::<LogEvent>(first).unwrap();
+            }
+        };
         assert!(matches!(ev, LogEvent::Data { .. }), "{ev:?}");
     }
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    // Idle again: each follow says it is alive (an empty line) within the keepalive interval,
+    // so a reader can tell an idle process from a dead connection.
+    let t1 = std::time::Instant::now();
+    let bound = sandbox_api::wire::LOG_KEEPALIVE + Duration::from_secs(2);
+    for s in streams.iter_mut() {
+        let chunk = tokio::time::timeout(bound.saturating_sub(t1.elapsed()), s.next())
+            .await
+            .expect("an idle follow sent no keepalive")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&chunk[..], b"\n", "a keepalive is one empty line");
+    }
     drop(streams);
 }
 

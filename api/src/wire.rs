@@ -477,6 +477,21 @@ pub struct LogQuery {
     pub stream: Option<LogStream>,
 }
 
+/// A log stream that has sent nothing for this long sends an empty line (a keepalive). Every
+/// reader skips empty lines (NDJSON), so readers that predate it are not affected.
+pub const LOG_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A log reader that has read nothing, not even a keepalive, for this long takes its connection
+/// for dead (a peer gone without FIN or RST sends nothing) and resumes from its last cursor.
+/// Four keepalives missed: a slow hop is not mistaken for a dead one.
+pub const LOG_SILENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The log stream's one line on the wire: NDJSON, one [`LogEvent`] per line, and empty lines
+/// (keepalives, [`LOG_KEEPALIVE`]) between them that carry nothing.
+pub fn log_line_is_keepalive(line: &[u8]) -> bool {
+    line.iter().all(|b| b.is_ascii_whitespace())
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum LogEvent {
@@ -492,8 +507,10 @@ pub enum LogEvent {
     /// Output between `from` and `to` was dropped by the retention cap.
     #[serde(rename_all = "camelCase")]
     Truncated { dropped_bytes: u64, cursor: String },
-    /// `maxBytes` was reached: more output follows (or may, while the process runs); read on
-    /// with `since=cursor`. Never sent when the output is already drained.
+    /// This response ends here and more output follows (or may, while the process runs): read
+    /// on with `since=cursor`. Sent when `maxBytes` was reached (never when the output is
+    /// already drained), or by the operator when its connection to the node's agent went silent
+    /// during a read with `maxBytes` (it cannot know the budget left: the reader does).
     #[serde(rename_all = "camelCase")]
     More { cursor: String },
     /// The last event. With `record`: the process has ended and its output is drained. Without

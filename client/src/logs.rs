@@ -145,6 +145,8 @@ pub(crate) struct Reader {
     broken: u32,
     unavailable: u32,
     done: bool,
+    /// Silence after which a connection is taken for dead (`wire::LOG_SILENCE_LIMIT`).
+    silence: Duration,
 }
 
 impl Reader {
@@ -169,6 +171,7 @@ impl Reader {
             broken: 0,
             unavailable: 0,
             done: false,
+            silence: wire::LOG_SILENCE_LIMIT,
         })
     }
 
@@ -233,11 +236,23 @@ impl Reader {
                     Err(e) => return Err(e),
                 }
             }
-            let cut = match self.lines.as_mut().expect("connected").try_next().await {
-                Ok(Some(l)) => Ok(l),
+            // Servers send an empty line after LOG_KEEPALIVE of silence: hearing nothing for
+            // LOG_SILENCE_LIMIT means the connection is dead (a peer gone without FIN or RST),
+            // not the process idle. Read again from the cursor; not counted as a failure (a
+            // server without keepalives makes an idle follow reconnect now and then, no more).
+            let next = self.lines.as_mut().expect("connected").try_next();
+            let cut = match tokio::time::timeout(self.silence, next).await {
+                Ok(Ok(Some(l))) => Ok(l),
                 // Cut without an End.
-                Ok(None) => Err("the connection ended before the end of the output".to_string()),
-                Err(e) => Err(e.to_string()),
+                Ok(Ok(None)) => {
+                    Err("the connection ended before the end of the output".to_string())
+                }
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) if self.follow => {
+                    self.lines = None;
+                    continue;
+                }
+                Err(_) => Err(format!("nothing heard for {:?}", self.silence)),
             };
             let line = match cut {
                 Ok(l) => l,
@@ -255,7 +270,7 @@ impl Reader {
                     });
                 }
             };
-            if line.is_empty() {
+            if wire::log_line_is_keepalive(line.as_bytes()) {
                 continue;
             }
             // Progress: each outage gets its own retries.
@@ -523,6 +538,97 @@ impl Lines2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server that answers the first log request with one event and then goes silent without
+    /// closing (a peer gone without FIN or RST), and the next with the rest. Request lines out.
+    async fn silent_then_rest() -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let data = |d: &str, c: &str| {
+            format!(
+                r#"{{"type":"data","stream":"Stdout","data":"{d}","tsNanos":1,"cursor":"{c}"}}"#
+            )
+        };
+        let bodies = [
+            vec![data("YQ==", "c1"), String::new()], // "a", then a keepalive, then silence
+            vec![
+                data("Yg==", "c2"),
+                r#"{"type":"end","cursor":"c3"}"#.to_string(),
+            ],
+        ];
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            for (i, lines) in bodies.into_iter().enumerate() {
+                let (mut s, _) = l.accept().await.unwrap();
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    let mut b = [0u8; 1];
+                    s.read_exact(&mut b).await.unwrap();
+                    head.push(b[0]);
+                }
+                let _ = tx.send(
+                    String::from_utf8_lossy(&head)
+                        .lines()
+                        .next()
+                        .unwrap()
+                        .into(),
+                );
+                let mut out = "HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\n\
+                               transfer-encoding: chunked\r\n\r\n"
+                    .to_string();
+                for l in lines {
+                    out += &format!("{:x}\r\n{l}\n\r\n", l.len() + 1);
+                }
+                if i == 1 {
+                    out += "0\r\n\r\n";
+                }
+                s.write_all(out.as_bytes()).await.unwrap();
+                held.push(s); // never closed: silent, not cut
+            }
+            std::future::pending::<()>().await;
+        });
+        (url, rx)
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_is_read_again_from_the_cursor() {
+        let (url, mut asked) = silent_then_rest().await;
+        let cfg = kube::Config::new(url.parse().unwrap());
+        let client = Client::try_from(cfg).unwrap();
+        let o = LogOptions {
+            follow: true,
+            ..Default::default()
+        };
+        let mut r = Reader::new(client, "ns", "p", &o).unwrap();
+        r.silence = Duration::from_millis(500);
+        let mut got = Vec::new();
+        let t0 = std::time::Instant::now();
+        while let Some(ev) = tokio::time::timeout(Duration::from_secs(10), r.next())
+            .await
+            .expect("the reader hung on a silent connection")
+            .unwrap()
+        {
+            match ev {
+                Read::Data { data, cursor, .. } => got.push((data, cursor)),
+                Read::End { cursor, .. } => got.push((b"<end>".to_vec(), cursor.render())),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Each byte once, in order: no gap, no repeat.
+        assert_eq!(
+            got,
+            [
+                (b"a".to_vec(), "c1".to_string()),
+                (b"b".to_vec(), "c2".to_string()),
+                (b"<end>".to_vec(), "c3".to_string())
+            ]
+        );
+        assert!(t0.elapsed() >= Duration::from_millis(500));
+        assert!(!asked.recv().await.unwrap().contains("since="));
+        assert!(asked.recv().await.unwrap().contains("since=c1"));
+    }
 
     #[test]
     fn cursors_round_trip() {

@@ -443,6 +443,7 @@ impl Agent {
         assert_eq!(r.status().as_u16(), 200, "logs {id}?{query}");
         let body = r.text().await.unwrap();
         body.lines()
+            .filter(|l| !sandbox_api::wire::log_line_is_keepalive(l.as_bytes()))
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }

@@ -107,3 +107,60 @@ def test_apply_body_survives_a_yaml_decoder_for_every_scalar_class():
         except yaml.YAMLError:
             ok = False
         assert not ok, repr(s)
+
+def test_a_silent_log_connection_is_read_again_from_the_cursor():
+    """A server that answers with one event and then goes silent without closing (a peer gone
+    without FIN or RST): the follow reads again from its cursor, each byte once."""
+    import base64
+    import json
+    import socket
+    import threading
+    import time
+
+    from kubernetes import client as k8s
+
+    from sandbox_client import Sandbox
+    from sandbox_client._client import Process, _Reader
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    asked, held = [], []
+
+    def data(d, c):
+        return json.dumps({"type": "data", "stream": "Stdout", "data": base64.b64encode(d).decode(),
+                           "tsNanos": 1, "cursor": c})
+
+    def serve():
+        bodies = [[data(b"a", "c1"), ""], [data(b"b", "c2"), json.dumps({"type": "end", "cursor": "c3"})]]
+        for i, lines in enumerate(bodies):
+            s, _ = srv.accept()
+            head = b""
+            while not head.endswith(b"\r\n\r\n"):
+                head += s.recv(1)
+            asked.append(head.split(b"\r\n")[0].decode())
+            out = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n"
+            for line in lines:
+                b = line.encode() + b"\n"
+                out += b"%x\r\n%s\r\n" % (len(b), b)
+            if i == 1:
+                out += b"0\r\n\r\n"
+            s.sendall(out)
+            held.append(s)  # never closed: silent, not cut
+
+    threading.Thread(target=serve, daemon=True).start()
+    cfg = k8s.Configuration()
+    cfg.host = "http://127.0.0.1:%d" % srv.getsockname()[1]
+    sb = Sandbox("ns", api_client=k8s.ApiClient(cfg))
+    r = _Reader(Process(sb, "p"), True, None, "both", None)
+    r.silence = 0.5
+    t0 = time.monotonic()
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(
+        (t, f.get("data"), f["cursor"]) for t, f, _ in r.events()), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), f"the follow hung on a silent connection after {got}"
+    assert got == [("data", b"a", "c1"), ("data", b"b", "c2"), ("end", None, "c3")]
+    assert time.monotonic() - t0 >= 0.5
+    assert "since=" not in asked[0] and "since=c1" in asked[1]

@@ -64,6 +64,9 @@ fn waited_for(
 
 /// How long a start waits for an agent's watch to sync before judging without it
 /// ([`Agents::held_anywhere`]): a new leader's first list of every agent takes well under this.
+/// The bound this leaves (docs/architecture.md, "a process starts in one pod only, once"): an
+/// agent unreachable for all of it, holding a start whose leader went before any status, is
+/// taken to be down, and a pod re-created on another node could then start the process again.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether any agent holds a process of an exec id, from the watch caches.

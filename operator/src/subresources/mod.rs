@@ -23,12 +23,12 @@
 //! pods/exec` on the process's pod, like `stop` (the admission policy) and `kubectl exec`. The agent API stays private
 //! to the operator. Why this transport: docs/logs.md.
 pub mod frontproxy;
+pub mod relay;
 pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -453,10 +453,11 @@ async fn log(
         .logs(&url, &id, &query)
         .await
         .map_err(|e| agent_error(e, &name))?;
+    let body = relay::body(server.agents.clone(), url, id, query, resp);
     Ok(Response::builder()
         .header(header::CONTENT_TYPE, "application/x-ndjson")
         .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(resp.bytes_stream()))
+        .body(body)
         .expect("static headers are valid"))
 }
 

@@ -45,6 +45,9 @@ pub const MAX_CONNECTIONS: usize = 1024;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Request headers must arrive within this (HTTP/1; HTTP/2 keeps its own keep-alive).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// HTTP/2 pings: how often on a quiet connection, and how long an answer may take.
+const H2_PING: Duration = Duration::from_secs(10);
+const H2_PING_ANSWER: Duration = Duration::from_secs(20);
 
 /// Accepts TLS connections forever, serving `router` on each with the peer's identity attached.
 /// An accept error (descriptors exhausted, a reset in the backlog) is logged and waited out,
@@ -111,6 +114,13 @@ async fn connection(
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT);
+    // An HTTP/2 connection (the API server's) that answers no ping is closed with its streams:
+    // log relays into a silently dead connection end instead of waiting for TCP to give up.
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Some(H2_PING))
+        .keep_alive_timeout(H2_PING_ANSWER);
     if let Err(e) = builder.serve_connection(TokioIo::new(tls), svc).await {
         debug!(%remote, error = %e, "connection");
     }

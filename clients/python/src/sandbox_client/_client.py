@@ -15,6 +15,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.exceptions import ReadTimeoutError
 
 from ._apply import apply_body
 from .errors import (
@@ -37,6 +38,9 @@ PLURAL = "sandboxprocesses"
 SUBRESOURCES = "/apis/subresources.sandbox.dev/v1alpha1"
 FIELD_MANAGER = "sandbox-client-python"
 STREAMS = ("stdout", "stderr", "both")
+# Servers send an empty line after 5 s of silence on a log stream; nothing heard for this long
+# means the connection is dead, not the process idle (sandbox_api::wire::LOG_SILENCE_LIMIT).
+LOG_SILENCE_LIMIT = 20.0
 
 
 # --- values --------------------------------------------------------------------------------------
@@ -406,6 +410,7 @@ class _Reader:
         self.budget = limit_bytes
         self.done = False
         self.resp: Any = None
+        self.silence = LOG_SILENCE_LIMIT
 
     def cancel(self) -> None:
         """Ends the read from another thread (a local deadline): the open response is closed
@@ -442,7 +447,7 @@ class _Reader:
             if self.budget is not None:
                 q.append(("maxBytes", str(max(1, self.budget + self.skip))))
             try:
-                resp = self.p._sandbox._raw("GET", self.p._path("log"), q)
+                resp = self.p._sandbox._raw("GET", self.p._path("log"), q, timeout=(30, self.silence))
                 self.resp = resp
             except ApiError as e:
                 # A follow outlives a moment without an agent or API server (a restart, a rollout).
@@ -499,6 +504,15 @@ class _Reader:
                         self.done = True
                         yield "end", {"cursor": ev["cursor"], "ended": ev.get("record") is not None}, (None, 0)
                         return
+            except (ReadTimeoutError, TimeoutError):
+                # Silent for LOG_SILENCE_LIMIT: a dead connection (a peer gone without FIN or
+                # RST). A follow reads again from its cursor, not counted as a failure.
+                if self.done:
+                    return  # cancelled
+                if not self.follow:
+                    raise StreamBroken(f"reading the output of sandboxprocess {self.p.name}: "
+                                       f"nothing heard for {self.silence} s") from None
+                continue
             except (OSError, ValueError, Urllib3Error) as e:
                 if self.done:
                     return  # cancelled
