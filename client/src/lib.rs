@@ -45,6 +45,7 @@ mod port;
 mod process;
 pub mod signal;
 mod start;
+mod started;
 mod stdin;
 
 use std::time::Duration;
@@ -58,8 +59,10 @@ pub use logs::{LogEvent, LogOptions, LogStream};
 pub use port::PortCheck;
 pub use process::{
     already_ended, exit_of, is_final, is_ready, is_started, never_started, ready_outcome, Exit,
-    Killed, LogMatch, Output, Process,
+    Killed, LogMatch, Output, Process, START_TIMEOUT,
 };
+pub use started::{describe, start_state, StartState};
+pub use stdin::StdinStall;
 pub use sandbox_api::crd::{EndReason, ErrorCode, Phase, SandboxProcess as Object};
 pub use sandbox_api::wire::{ProcessRecord, StdinState};
 pub use start::Start;
@@ -174,6 +177,9 @@ impl Sandbox {
             client: self.client.clone(),
             namespace: self.namespace.clone(),
             name: name.into(),
+            started: Default::default(),
+            start_timeout: Some(START_TIMEOUT),
+            stdin_stall: None,
         }
     }
 
