@@ -61,11 +61,11 @@ pub use process::{
     already_ended, exit_of, is_final, is_ready, is_started, never_started, ready_outcome, Exit,
     Killed, LogMatch, Output, Process, START_TIMEOUT,
 };
-pub use started::{describe, start_state, StartState};
-pub use stdin::StdinStall;
 pub use sandbox_api::crd::{EndReason, ErrorCode, Phase, SandboxProcess as Object};
 pub use sandbox_api::wire::{ProcessRecord, StdinState};
 pub use start::Start;
+pub use started::{describe, start_state, StartState};
+pub use stdin::StdinStall;
 
 /// The field manager of our server-side applies.
 pub const FIELD_MANAGER: &str = "sandbox-client";

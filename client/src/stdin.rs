@@ -215,7 +215,11 @@ mod tests {
         assert_eq!(*seen.lock().unwrap(), vec![4], "once per stall");
         stall.progress();
         stall.idle(2);
-        assert_eq!(seen.lock().unwrap().len(), 1, "progress starts the clock again");
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            1,
+            "progress starts the clock again"
+        );
         std::thread::sleep(Duration::from_millis(40));
         stall.idle(2);
         assert_eq!(*seen.lock().unwrap(), vec![4, 2]);
