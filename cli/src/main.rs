@@ -9,6 +9,7 @@
 //! 127 when its executable was not found, 126 when it is not executable (like a shell); 125 when
 //! the process could not run or was lost (phase Error); 1 for any other failure (API errors,
 //! timeouts); 2 for bad usage.
+mod complete;
 mod connect;
 mod duration;
 mod error;
@@ -61,7 +62,9 @@ enum Command {
     /// Send this terminal's stdin (or a pipe) to a process created with stdin (`run -i`,
     /// spec.stdin), streaming its output; EOF closes its stdin. Exits with its exit code.
     Attach(AttachArgs),
-    /// Print a shell completion script: `source <(kubectl sandbox completion bash)`.
+    /// Print a shell completion script for `kubectl-sandbox` itself: `source <(kubectl-sandbox
+    /// completion bash)`. `kubectl sandbox <TAB>` completes through `kubectl_complete-sandbox`
+    /// on PATH (shipped next to the plugin) instead.
     Completion(CompletionArgs),
 }
 
@@ -211,7 +214,12 @@ struct WaitArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    // kubectl_complete-sandbox (kubectl's plugin completion) asks here, in cobra's protocol.
+    let completing = args.get(1).is_some_and(|a| a == "__complete");
+    let cli = if completing { None } else { Some(Cli::parse()) };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -221,6 +229,14 @@ fn main() -> ExitCode {
             eprintln!("error: starting the runtime: {e}");
             return ExitCode::from(1);
         }
+    };
+    let Some(cli) = cli else {
+        let mut cmd = Cli::command();
+        cmd.build(); // global flags (-n, --context, ...) reach the subcommands
+        rt.block_on(complete::run(&cmd, &args[2..]));
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::process::exit(0)
     };
     let code = match rt.block_on(dispatch(cli)) {
         Ok(code) => code,

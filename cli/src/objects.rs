@@ -93,7 +93,15 @@ async fn follow_to_exit(p: &Process) -> Result<u8, CliError> {
 
 /// Our stdin to the process's (closed at our EOF) while its output streams; its exit code.
 pub async fn attach(sb: &Sandbox, name: &str) -> Result<u8, CliError> {
-    attach_to(&sb.process(name)).await
+    let p = sb.process(name);
+    // An ended process has no stdin to take ours: say how it ended rather than replay it.
+    if let Some(how) = sandbox_client::already_ended(&p.object().await?) {
+        return Err(CliError::Failed(format!(
+            "{} has {how}: there is no process to attach to (its output: kubectl sandbox logs {name})",
+            kind_name(name)
+        )));
+    }
+    attach_to(&p).await
 }
 
 async fn attach_to(p: &Process) -> Result<u8, CliError> {
@@ -104,7 +112,14 @@ async fn attach_to(p: &Process) -> Result<u8, CliError> {
             kind_name(p.name())
         )));
     }
-    let target = p.clone();
+    let who = kind_name(p.name());
+    let target = p.clone().on_stdin_stall(STDIN_STALL, move |s| {
+        eprintln!(
+            "kubectl-sandbox: {who} is not reading its stdin ({} bytes pending for {} s); still waiting",
+            s.pending,
+            s.waited.as_secs()
+        )
+    });
     let mut input = Some(tokio::spawn(async move {
         target.pump_stdin(tokio::io::stdin()).await
     }));
@@ -132,6 +147,9 @@ async fn attach_to(p: &Process) -> Result<u8, CliError> {
         }
     }
 }
+
+/// How long stdin may take nothing before the user is told (the writer keeps waiting).
+const STDIN_STALL: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitFor {

@@ -34,15 +34,32 @@ pub enum Error {
     /// The object was deleted while waiting on it (or never existed).
     #[error("sandboxprocess {0} not found")]
     NotFound(String),
-    /// A local wait ran out of time; the process was not touched.
+    /// A local wait ran out of time; the process was not touched. `state` says what the
+    /// process was waiting for then (phase, reason, message), when it could be read.
     #[error(
-        "timed out after {:?} waiting for sandboxprocess {name} to {what}",
-        timeout
+        "timed out after {:?} waiting for sandboxprocess {name} to {what}{}",
+        timeout,
+        suffix(state)
     )]
     Timeout {
         name: String,
         what: &'static str,
         timeout: std::time::Duration,
+        state: String,
+    },
+    /// A call that needs a started process waited `timeout` for the start in vain (a missing
+    /// pod, a pod not running yet, no agent): [`Error::code`] is the reason it waits
+    /// (`PodNotFound`, `PodPending`, `AgentUnavailable`, ...), `state` says it in full.
+    #[error(
+        "sandboxprocess {name} has not started after {:?} ({what} needs a started process): {state}",
+        timeout
+    )]
+    NotStarted {
+        name: String,
+        what: &'static str,
+        timeout: std::time::Duration,
+        reason: Option<String>,
+        state: String,
     },
     /// The process ended before its output matched (`wait_for_log`).
     #[error("sandboxprocess {name} ended before its output matched {pattern:?}")]
@@ -71,6 +88,7 @@ impl Error {
             Error::IdInUse { .. } => "IdInUse",
             Error::NotFound(_) => "NotFound",
             Error::Timeout { .. } => "Timeout",
+            Error::NotStarted { reason, .. } => reason.as_deref().unwrap_or("NotStarted"),
             Error::ExitedBeforeLog { .. } => "ExitedBeforeLog",
             Error::ExitedBeforeReady { .. } => "ExitedBeforeReady",
             Error::EndedWithoutExit { .. } => "EndedWithoutExit",
@@ -84,6 +102,11 @@ impl Error {
             Error::Process { code, .. } => Some(*code),
             _ => None,
         }
+    }
+
+    /// Whether a local wait ran out of time ([`Error::Timeout`], [`Error::NotStarted`]).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. } | Error::NotStarted { .. })
     }
 
     /// Whether a retry of the same request may succeed (throttled, unavailable, cut off).
@@ -113,6 +136,14 @@ impl From<kube::Error> for Error {
             },
             other => Error::Transport(other.to_string()),
         }
+    }
+}
+
+fn suffix(state: &str) -> String {
+    if state.is_empty() {
+        String::new()
+    } else {
+        format!(": {state}")
     }
 }
 

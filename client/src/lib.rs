@@ -45,6 +45,7 @@ mod port;
 mod process;
 pub mod signal;
 mod start;
+mod started;
 mod stdin;
 
 use std::time::Duration;
@@ -58,11 +59,13 @@ pub use logs::{LogEvent, LogOptions, LogStream};
 pub use port::PortCheck;
 pub use process::{
     already_ended, exit_of, is_final, is_ready, is_started, never_started, ready_outcome, Exit,
-    Killed, LogMatch, Output, Process,
+    Killed, LogMatch, Output, Process, START_TIMEOUT,
 };
 pub use sandbox_api::crd::{EndReason, ErrorCode, Phase, SandboxProcess as Object};
 pub use sandbox_api::wire::{ProcessRecord, StdinState};
 pub use start::Start;
+pub use started::{describe, start_state, StartState};
+pub use stdin::StdinStall;
 
 /// The field manager of our server-side applies.
 pub const FIELD_MANAGER: &str = "sandbox-client";
@@ -172,6 +175,9 @@ impl Sandbox {
             client: self.client.clone(),
             namespace: self.namespace.clone(),
             name: name.into(),
+            started: Default::default(),
+            start_timeout: Some(START_TIMEOUT),
+            stdin_stall: None,
         }
     }
 

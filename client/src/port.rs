@@ -77,8 +77,9 @@ impl Process {
     /// one that could not start is [`Error::Process`].
     pub async fn wait_for_port(&self, port: u16, check: PortCheck) -> Result<()> {
         let body = check.body(port)?;
+        let begun = std::time::Instant::now();
+        self.ensure_started("wait_for_port", check.timeout).await?;
         let fut = async {
-            self.wait_started(None).await?;
             let ended = self.until(None, "end", is_final);
             tokio::pin!(ended);
             let mut last = String::new();
@@ -121,13 +122,8 @@ impl Process {
                 }
             }
         };
-        crate::process::within(
-            &self.name,
-            "listen on the port",
-            check.timeout,
-            Box::pin(fut),
-        )
-        .await
+        self.within("listen on the port", check.timeout, begun, Box::pin(fut))
+            .await
     }
 
     async fn probe(&self, body: &serde_json::Value) -> Result<ProbeResult> {

@@ -1,5 +1,7 @@
 //! The handle of one started process: its SandboxProcess object, by name.
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::Stream;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -12,6 +14,7 @@ use sandbox_api::wire::{ProcessRecord, StdinState};
 
 use crate::error::{Error, Result};
 use crate::logs::{self, LogEvent, LogOptions, Read, Reader};
+use crate::stdin::{StallHook, StdinStall};
 
 /// How a process ended: the root's exit code (128+n when signal n killed it), the signal,
 /// whether `timeoutSeconds` stopped it, and the end reason (`Exited`, `Signaled`, `TimedOut`,
@@ -63,7 +66,17 @@ pub struct Process {
     pub(crate) client: Client,
     pub(crate) namespace: String,
     pub(crate) name: String,
+    /// Seen started once: calls that need a start do not ask again (a start is for good).
+    pub(crate) started: Arc<AtomicBool>,
+    /// How long a call without a timeout of its own waits for the start.
+    pub(crate) start_timeout: Option<Duration>,
+    /// Told when stdin has not taken a byte for a while.
+    pub(crate) stdin_stall: Option<StallHook>,
 }
+
+/// How long a call without a timeout of its own (stdin, signal, logs) waits for the process to
+/// start, by default ([`Process::with_start_timeout`]).
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl std::fmt::Debug for Process {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,38 +87,19 @@ impl std::fmt::Debug for Process {
     }
 }
 
-/// `fut`, given up after `timeout` (`None`: never) as [`Error::Timeout`]; the process is not
-/// touched.
-pub(crate) async fn within<T>(
-    name: &str,
-    what: &'static str,
-    timeout: Option<Duration>,
-    fut: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    match timeout {
-        Some(t) => tokio::time::timeout(t, fut)
-            .await
-            .map_err(|_| Error::Timeout {
-                name: name.to_string(),
-                what,
-                timeout: t,
-            })?,
-        None => fut.await,
-    }
-}
-
 fn status(o: &SandboxProcess) -> SandboxProcessStatus {
     o.status.clone().unwrap_or_default()
 }
 
-/// Phase `Exited` or `Error`: the status will not change any more.
+/// The status will not change any more: phase `Exited`, or an `Error` that cannot heal
+/// (`AgentUnavailable`, and `ProcessLost` without an end reason, recover when the agent answers).
 pub fn is_final(o: &SandboxProcess) -> bool {
-    matches!(status(o).phase, Some(Phase::Exited | Phase::Error))
+    o.status.as_ref().is_some_and(|s| s.is_final())
 }
 
 /// The operator has started the process (`status.podUID` is set then): it has output.
 pub fn is_started(o: &SandboxProcess) -> bool {
-    status(o).pod_uid.is_some()
+    o.status.as_ref().is_some_and(|s| s.is_started())
 }
 
 /// `Ready=True`; for a process with `readiness` that has ended, only if it was ever ready
@@ -123,7 +117,7 @@ pub fn is_ready(o: &SandboxProcess) -> bool {
 /// `ProcessSpawnFailed`, `InvalidProcessCwd`, ...): it has no output, only `status.error`.
 pub fn never_started(o: &SandboxProcess) -> Option<Error> {
     let s = status(o);
-    if s.pod_uid.is_some() || s.phase != Some(Phase::Error) {
+    if s.pod_uid.is_some() || s.phase != Some(Phase::Error) || !s.is_final() {
         return None;
     }
     s.error.map(|e| Error::Process {
@@ -186,6 +180,9 @@ pub fn ready_outcome(o: &SandboxProcess) -> Result<()> {
 
 /// For a process that has already ended, how (what `kill` reports instead of acting).
 pub fn already_ended(o: &SandboxProcess) -> Option<String> {
+    if !is_final(o) {
+        return None; // also an Error that heals: it may still run
+    }
     let s = status(o);
     match s.phase? {
         Phase::Exited => Some(match (&s.exit, s.end_reason) {
@@ -212,6 +209,28 @@ impl Process {
 
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// How long calls without a timeout of their own (stdin, signal, logs) wait for the process
+    /// to start (default [`START_TIMEOUT`]; `None`: for ever). Not started by then:
+    /// [`Error::NotStarted`], whose code says why (`PodNotFound`, ...).
+    pub fn with_start_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// Calls `hook` when a stdin write has waited `after` without the process taking a byte
+    /// (it is not reading its stdin); the write goes on waiting. Once per stall.
+    pub fn on_stdin_stall(
+        mut self,
+        after: Duration,
+        hook: impl Fn(&StdinStall) + Send + Sync + 'static,
+    ) -> Self {
+        self.stdin_stall = Some(StallHook {
+            after,
+            hook: Arc::new(hook),
+        });
+        self
     }
 
     fn api(&self) -> Api<SandboxProcess> {
@@ -280,7 +299,7 @@ impl Process {
                 }
             }
         };
-        within(&self.name, what, timeout, watched)
+        self.within(what, timeout, Instant::now(), watched)
             .await?
             .ok_or_else(|| Error::NotFound(self.name.clone()))
     }
@@ -293,15 +312,10 @@ impl Process {
     }
 
     /// Waits until the process was started (it has output then); one that could not start is
-    /// [`Error::Process`] with its `status.error` code.
+    /// [`Error::Process`] with its `status.error` code (or [`Error::EndedWithoutExit`]: stopped
+    /// first). At the timeout: [`Error::NotStarted`], which says why it waits.
     pub async fn wait_started(&self, timeout: Option<Duration>) -> Result<()> {
-        let o = self
-            .until(timeout, "start", |o| is_started(o) || is_final(o))
-            .await?;
-        match never_started(&o) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.ensure_started("wait_started", timeout).await
     }
 
     /// Waits until the process is ready (its declared readiness passed; without one, once it
@@ -374,12 +388,10 @@ impl Process {
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
     }
 
-    /// A reader; a follow first waits for the start (only a started process has output).
+    /// A reader, once the process has started (only a started process has output).
     async fn reader(&self, o: &LogOptions) -> Result<Reader> {
         let r = Reader::new(self.client.clone(), &self.namespace, &self.name, o)?;
-        if o.follow {
-            self.wait_started(None).await?;
-        }
+        self.ensure_started("logs", self.start_timeout).await?;
         Ok(r)
     }
 
@@ -407,8 +419,11 @@ impl Process {
     ) -> Result<LogMatch> {
         let re = regex_lite::Regex::new(pattern)
             .map_err(|e| Error::invalid("pattern", e.to_string()))?;
+        let begun = Instant::now();
+        self.ensure_started("wait_for_log", timeout).await?;
         let fut = self.find_line(&re, stream, after);
-        within(&self.name, "log a matching line", timeout, fut).await
+        self.within("log a matching line", timeout, begun, fut)
+            .await
     }
 
     async fn find_line(
@@ -495,16 +510,13 @@ impl Process {
         max_bytes: Option<usize>,
         timeout: Option<Duration>,
     ) -> Result<Output> {
-        within(&self.name, "end", timeout, self.collect(max_bytes)).await
+        let begun = Instant::now();
+        self.ensure_started("output", timeout).await?;
+        self.within("end", timeout, begun, self.collect(max_bytes))
+            .await
     }
 
     async fn collect(&self, max_bytes: Option<usize>) -> Result<Output> {
-        let o = self
-            .until(None, "end", |o| is_started(o) || is_final(o))
-            .await?;
-        if let Some(e) = never_started(&o) {
-            return Err(e);
-        }
         let mut reader = self
             .reader(&LogOptions {
                 follow: true,
@@ -572,6 +584,7 @@ impl Process {
         if !(1..=64).contains(&sig) {
             return Err(Error::invalid("signal", format!("{sig} is not 1-64")));
         }
+        self.ensure_started("signal", self.start_timeout).await?;
         let body = serde_json::to_vec(&serde_json::json!({"signal": sig})).expect("json");
         let req = http::Request::post(self.url("signal"))
             .header("content-type", "application/json")
@@ -582,15 +595,15 @@ impl Process {
 
     /// Where its stdin is: the bytes taken (the offset of the next write), closed or not.
     pub async fn stdin_state(&self) -> Result<StdinState> {
+        self.ensure_started("stdin_state", self.start_timeout)
+            .await?;
         crate::stdin::state(&self.client, &self.url("stdin")).await
     }
 
     /// Appends `data` to its stdin, exactly once (a lost reply is retried by offset), waiting
     /// while the process does not read; the offset after it. Needs `spec.stdin`.
     pub async fn send_stdin(&self, data: &[u8]) -> Result<u64> {
-        let at = crate::stdin::state(&self.client, &self.url("stdin"))
-            .await?
-            .bytes;
+        let at = self.stdin_state().await?.bytes;
         self.send_stdin_at(at, data).await
     }
 
@@ -598,21 +611,22 @@ impl Process {
     /// retry of a call that failed part-way sends the same bytes at the same offset, and stdin
     /// takes only what it has not taken yet (exactly once across calls, not only within one).
     pub async fn send_stdin_at(&self, offset: u64, data: &[u8]) -> Result<u64> {
-        let url = self.url("stdin");
+        self.ensure_started("send_stdin", self.start_timeout)
+            .await?;
+        let w = self.stdin_writer();
         let mut at = offset;
         // In writes the subresource takes (at most 1 MiB each).
         for piece in data.chunks(crate::stdin::CHUNK) {
-            at = crate::stdin::send(&self.client, &url, &self.name, at, piece, false).await?;
+            at = w.send(at, piece, false).await?;
         }
         Ok(at)
     }
 
     /// Closes its stdin (EOF).
     pub async fn close_stdin(&self) -> Result<()> {
-        let url = self.url("stdin");
-        let at = crate::stdin::state(&self.client, &url).await?;
+        let at = self.stdin_state().await?;
         if !at.closed {
-            crate::stdin::send(&self.client, &url, &self.name, at.bytes, &[], true).await?;
+            self.stdin_writer().send(at.bytes, &[], true).await?;
         }
         Ok(())
     }
@@ -620,7 +634,18 @@ impl Process {
     /// Copies `input` to its stdin from where it is now, exactly once, and closes it at the
     /// end of `input`; the bytes sent.
     pub async fn pump_stdin(&self, input: impl tokio::io::AsyncRead + Unpin) -> Result<u64> {
-        crate::stdin::pump(&self.client, &self.url("stdin"), &self.name, input).await
+        self.ensure_started("pump_stdin", self.start_timeout)
+            .await?;
+        self.stdin_writer().pump(input).await
+    }
+
+    fn stdin_writer(&self) -> crate::stdin::Writer<'_> {
+        crate::stdin::Writer {
+            client: &self.client,
+            url: self.url("stdin"),
+            name: &self.name,
+            stall: self.stdin_stall.as_ref(),
+        }
     }
 
     /// Deletes the object (a running process is stopped by the operator first).

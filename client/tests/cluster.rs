@@ -399,3 +399,125 @@ async fn stdin_goes_in_once_and_closes() {
     assert_eq!(out.exit.code, 3);
     p.delete().await.unwrap();
 }
+
+/// issue 35: `start(pod, [...], stdin)` then at once `send_stdin` waits for the start (no 400
+/// "has not started a process"), and the output is complete.
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn stdin_right_after_the_start_waits_for_it() {
+    let sb = sandbox().await;
+    let p = sb
+        .start(
+            Start::new(pod(), ["cat"])
+                .stdin(true)
+                .id("rs-stdin-at-once"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.send_stdin(b"abc\n").await.unwrap(), 4);
+    p.close_stdin().await.unwrap();
+    let out = p.output(None, MIN).await.unwrap();
+    assert_eq!(out.stdout, b"abc\n");
+    assert_eq!(out.exit.code, 0);
+    p.delete().await.unwrap();
+}
+
+/// Every call that needs a started process says why there is none: the start's own error
+/// (a missing pod: `PodNotFound` when its wait runs out; a missing container: at once).
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn calls_on_a_process_that_cannot_start_raise_the_start_error() {
+    let sb = sandbox().await;
+    let short = Some(Duration::from_secs(3));
+    let p = sb
+        .start(
+            Start::new("no-such-pod", ["cat"])
+                .stdin(true)
+                .id("rs-no-pod"),
+        )
+        .await
+        .unwrap()
+        .with_start_timeout(short);
+    let first_log = async {
+        let mut s = Box::pin(p.logs(LogOptions::default()));
+        s.next().await.expect("an item").map(|_| ())
+    };
+    for (call, got) in [
+        ("send_stdin", p.send_stdin(b"abc\n").await.map(|_| ())),
+        ("signal", p.signal(15).await.map(|_| ())),
+        ("logs", first_log.await),
+        (
+            "wait_for_port",
+            p.wait_for_port(
+                80,
+                PortCheck {
+                    timeout: short,
+                    ..Default::default()
+                },
+            )
+            .await,
+        ),
+    ] {
+        let e = got.unwrap_err();
+        assert_eq!(e.code(), "PodNotFound", "{call}: {e}");
+        assert!(e.is_timeout(), "{call}: {e}");
+        let said = e.to_string();
+        assert!(
+            said.contains("phase Pending") && said.contains("no-such-pod"),
+            "{call}: {said}"
+        );
+    }
+    // A wait for the end that runs out says what it waits for too.
+    let e = p.wait(Some(Duration::from_secs(2))).await.unwrap_err();
+    assert_eq!(e.code(), "Timeout");
+    assert!(e.to_string().contains("PodNotFound"), "{e}");
+    p.delete().await.unwrap();
+
+    let p = sb
+        .start(
+            Start::new(pod(), ["cat"])
+                .stdin(true)
+                .container("nope")
+                .id("rs-no-container"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        p.send_stdin(b"x").await.unwrap_err().process_code(),
+        Some(ErrorCode::ContainerNotFound)
+    );
+    assert_eq!(
+        p.signal(9).await.unwrap_err().process_code(),
+        Some(ErrorCode::ContainerNotFound)
+    );
+    assert_eq!(
+        p.close_stdin().await.unwrap_err().process_code(),
+        Some(ErrorCode::ContainerNotFound)
+    );
+    p.delete().await.unwrap();
+}
+
+/// A writer to a process that does not read is told (once), and goes on waiting.
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn a_stdin_writer_is_told_when_the_process_does_not_read() {
+    let sb = sandbox().await;
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let t2 = told.clone();
+    let p = sb
+        .start(Start::new(pod(), ["sleep", "60"]).stdin(true).id("rs-deaf"))
+        .await
+        .unwrap()
+        .on_stdin_stall(Duration::from_secs(2), move |s| {
+            t2.lock().unwrap().push(s.pending)
+        });
+    // More than the pipe holds (1 MiB): the rest waits for a reader that never comes.
+    let big = vec![0u8; 4 << 20];
+    let r = tokio::time::timeout(Duration::from_secs(8), p.send_stdin(&big)).await;
+    assert!(r.is_err(), "the write ended although nothing reads: {r:?}");
+    let told = told.lock().unwrap().clone();
+    assert_eq!(told.len(), 1, "told once: {told:?}");
+    assert!(told[0] > 0, "{told:?}");
+    p.kill(Some(9)).await.unwrap();
+    p.delete().await.unwrap();
+}

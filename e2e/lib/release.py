@@ -162,6 +162,10 @@ spec:
     uri: {uri}
     sha256: {digest}
     bin: kubectl-sandbox
+  caveats: |
+    `kubectl sandbox <TAB>` completes through kubectl_complete-sandbox (kubectl 1.26+), which
+    krew installs but does not put on PATH; link it next to the plugin once:
+      ln -sf "${{KREW_ROOT:-$HOME/.krew}}/store/sandbox/v{version}/kubectl_complete-sandbox" "${{KREW_ROOT:-$HOME/.krew}}/bin/"
 """
     with open(out, "w") as f:
         f.write(text)

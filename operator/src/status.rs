@@ -107,24 +107,15 @@ pub struct Facts<'a> {
     pub output_due: bool,
 }
 
-/// Whether the process has reached an end the controller never leaves: exited, or an error that
-/// cannot heal. `AgentUnavailable`, and `ProcessLost` seen only as an unreachable agent (no end
-/// reason), recover when the agent answers again.
+/// Whether the process has reached an end the controller never leaves (the rule is in `api`,
+/// shared with the clients).
 pub fn is_final(s: &SandboxProcessStatus) -> bool {
-    match s.phase {
-        Some(Phase::Exited) => true,
-        Some(Phase::Error) => match s.error.as_ref().map(|e| e.code) {
-            Some(ErrorCode::AgentUnavailable) => false,
-            Some(ErrorCode::ProcessLost) => s.end_reason.is_some(),
-            _ => true,
-        },
-        _ => false,
-    }
+    s.is_final()
 }
 
 /// Whether the process was started (the agent has or had it).
 pub fn is_started(s: &SandboxProcessStatus) -> bool {
-    s.pod_uid.is_some()
+    s.is_started()
 }
 
 /// Time left until a finished object is to be deleted (`ttlSecondsAfterFinished`); zero when due,

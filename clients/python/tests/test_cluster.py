@@ -184,3 +184,56 @@ def test_stdin_goes_in_once_and_closes(sb, pod):
     assert out.stdout.decode().strip() == "300000"
     assert out.exit.code == 3
     p.delete()
+
+
+def test_stdin_right_after_the_start_waits_for_it(sb, pod):
+    """issue 35: start(pod, [...], stdin=True) then at once send_stdin works (no 400)."""
+    p = sb.start(pod, ["cat"], stdin=True, id="py-stdin-at-once")
+    assert p.send_stdin(b"abc\n") == 4
+    p.close_stdin()
+    out = p.output(timeout=MIN)
+    assert (out.stdout, out.exit.code) == (b"abc\n", 0)
+    p.delete()
+
+
+def test_calls_on_a_process_that_cannot_start_raise_the_start_error(sb, pod):
+    from sandbox_client import NotStarted
+    p = sb.start("no-such-pod", ["cat"], stdin=True, id="py-no-pod")
+    p.start_timeout = 3
+    calls = {
+        "send_stdin": lambda: p.send_stdin(b"abc\n"),
+        "signal": lambda: p.signal(15),
+        "logs": lambda: next(iter(p.logs())),
+        "wait_for_port": lambda: p.wait_for_port(80, timeout=3),
+    }
+    for call, fn in calls.items():
+        with pytest.raises(NotStarted) as e:
+            fn()
+        assert e.value.code == "PodNotFound", (call, str(e.value))
+        assert "phase Pending" in str(e.value) and "no-such-pod" in str(e.value), (call, str(e.value))
+    with pytest.raises(WaitTimeout) as t:
+        p.wait(timeout=2)
+    assert t.value.code == "Timeout" and "PodNotFound" in str(t.value), str(t.value)
+    p.delete()
+
+    p = sb.start(pod, ["cat"], stdin=True, container="nope", id="py-no-container")
+    for fn in (lambda: p.send_stdin(b"x"), lambda: p.signal(9), p.close_stdin):
+        with pytest.raises(ProcessFailed) as f:
+            fn()
+        assert f.value.code == "ContainerNotFound", str(f.value)
+    p.delete()
+
+
+def test_a_stdin_writer_is_told_when_the_process_does_not_read(sb, pod):
+    import threading
+    p = sb.start(pod, ["sleep", "60"], stdin=True, id="py-deaf")
+    told = []
+    p.on_stdin_stall = lambda pending, waited: told.append(pending)
+    # More than the pipe holds (1 MiB): the rest waits for a reader that never comes.
+    t = threading.Thread(target=lambda: p.send_stdin(b"\0" * (4 << 20)), daemon=True)
+    t.start()
+    t.join(8)
+    assert t.is_alive(), "the write ended although nothing reads"
+    assert len(told) == 1 and told[0] > 0, told
+    p.kill(9)
+    p.delete()

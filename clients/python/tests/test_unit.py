@@ -164,3 +164,60 @@ def test_a_silent_log_connection_is_read_again_from_the_cursor():
     assert got == [("data", b"a", "c1"), ("data", b"b", "c2"), ("end", None, "c3")]
     assert time.monotonic() - t0 >= 0.5
     assert "since=" not in asked[0] and "since=c1" in asked[1]
+
+def _conformance(name: str):
+    """clients/conformance/NAME: next to the package in the repository, or copied next to
+    the package's directory (e2e/clients copies both)."""
+    import json
+    import pathlib
+    here = pathlib.Path(__file__).resolve().parents[1]
+    for base in (here.parent / "conformance", here / "conformance"):
+        if (base / name).exists():
+            return json.loads((base / name).read_text())
+    raise AssertionError(f"clients/conformance/{name} not found near {here}")
+
+
+def test_conformance_start():
+    """The cases the Rust library's unit tests run too (clients/CONFORMANCE.md)."""
+    from sandbox_client import describe, is_final, start_state
+    cases = _conformance("start.json")["cases"]
+    assert len(cases) >= 10, "the table lost its cases"
+    for case in cases:
+        o = {"metadata": {"name": "p"}, "spec": {"podName": "w", "command": ["x"], **case.get("spec", {})}}
+        if case.get("status") is not None:
+            o["status"] = case["status"]
+        want = case["expect"]
+        assert is_final(o) == want["final"], case["name"]
+        state, code, err = start_state(o)
+        assert (state, code) == (want["start"], want["code"]), case["name"]
+        assert (err is not None) == (state == "failed"), case["name"]
+        said = describe(o)
+        for part in want["describe"]:
+            assert part in said, (case["name"], said, part)
+
+
+def test_not_started_is_a_timeout_named_by_its_reason():
+    from sandbox_client import NotStarted, WaitTimeout
+    e = NotStarted("sandboxprocess p has not started after 2s: phase Pending, PodNotFound: x",
+                   "PodNotFound", "phase Pending, PodNotFound: x")
+    assert isinstance(e, WaitTimeout) and e.code == "PodNotFound" and e.reason == "PodNotFound"
+    assert NotStarted("m", None, "no status yet").code == "NotStarted"
+
+
+def test_a_stdin_stall_is_told_once_and_the_write_goes_on(monkeypatch):
+    from sandbox_client import _client
+    from sandbox_client._client import Process
+
+    class FakeSandbox:  # only the namespace; _write is replaced below
+        namespace = "ns"
+
+    p = Process(FakeSandbox(), "p")  # type: ignore[arg-type]
+    clock = [0.0]
+    monkeypatch.setattr(_client.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(_client.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    taken = iter([0] * 40 + [3])  # nothing for a while, then all of it
+    monkeypatch.setattr(p, "_write", lambda off, data, close: {"bytes": next(taken), "closed": False})
+    told = []
+    p.on_stdin_stall = lambda pending, waited: told.append((pending, waited >= _client.STDIN_STALL))
+    assert p._send(0, b"abc", False) == 3
+    assert told == [(3, True)], told

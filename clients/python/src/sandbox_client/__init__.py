@@ -18,11 +18,13 @@ from ._client import (
     Output,
     Process,
     Sandbox,
+    describe,
     exit_of,
     is_final,
     is_ready,
     is_started,
     never_started,
+    start_state,
 )
 from .errors import (
     ApiError,
@@ -32,6 +34,7 @@ from .errors import (
     IdInUse,
     InvalidArgument,
     NotFound,
+    NotStarted,
     ProcessFailed,
     SandboxError,
     StreamBroken,
@@ -40,7 +43,7 @@ from .errors import (
 
 __all__ = [
     "ApiError", "EndedWithoutExit", "Exit", "ExitedBeforeLog", "ExitedBeforeReady", "IdInUse",
-    "InvalidArgument", "Killed", "LogEvent", "LogMatch", "NotFound", "Output", "Process",
-    "ProcessFailed", "Sandbox", "SandboxError", "StreamBroken", "WaitTimeout", "exit_of",
-    "is_final", "is_ready", "is_started", "never_started",
+    "InvalidArgument", "Killed", "LogEvent", "LogMatch", "NotFound", "NotStarted", "Output", "Process",
+    "ProcessFailed", "Sandbox", "SandboxError", "StreamBroken", "WaitTimeout", "describe",
+    "exit_of", "is_final", "is_ready", "is_started", "never_started", "start_state",
 ]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import math
 import re
 import secrets
@@ -26,6 +27,7 @@ from .errors import (
     IdInUse,
     InvalidArgument,
     NotFound,
+    NotStarted,
     ProcessFailed,
     SandboxError,
     StreamBroken,
@@ -41,6 +43,14 @@ STREAMS = ("stdout", "stderr", "both")
 # Servers send an empty line after 5 s of silence on a log stream; nothing heard for this long
 # means the connection is dead, not the process idle (sandbox_api::wire::LOG_SILENCE_LIMIT).
 LOG_SILENCE_LIMIT = 20.0
+
+#: How long a call without a timeout of its own (stdin, signal, logs) waits for the start, by
+#: default (``Process.start_timeout``).
+START_TIMEOUT = 30.0
+#: How long stdin may take nothing before the writer is told (``Process.on_stdin_stall``).
+STDIN_STALL = 5.0
+
+log = logging.getLogger("sandbox_client")
 
 
 # --- values --------------------------------------------------------------------------------------
@@ -109,11 +119,68 @@ def _status(o: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def is_final(o: Mapping[str, Any]) -> bool:
-    return _status(o).get("phase") in ("Exited", "Error")
+    """The status will not change any more: ``Exited``, or an ``Error`` that cannot heal
+    (``AgentUnavailable``, and ``ProcessLost`` without ``endReason``, recover when the agent
+    answers; the same rule as the operator's, cases in clients/conformance/start.json)."""
+    s = _status(o)
+    phase = s.get("phase")
+    if phase == "Exited":
+        return True
+    if phase != "Error":
+        return False
+    code = (s.get("error") or {}).get("code")
+    if code == "AgentUnavailable":
+        return False
+    if code == "ProcessLost":
+        return s.get("endReason") is not None
+    return True
 
 
 def is_started(o: Mapping[str, Any]) -> bool:
     return _status(o).get("podUID") is not None
+
+
+def _why(s: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
+    """The reason and message the status gives for where it is: its error, else a Ready
+    condition that is not True."""
+    err = s.get("error")
+    if err:
+        return str(err.get("code", "")), str(err.get("message", ""))
+    for c in s.get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") != "True" and c.get("reason"):
+            return str(c["reason"]), str(c.get("message", ""))
+    return None
+
+
+def describe(o: Mapping[str, Any]) -> str:
+    """What the process is at, for people: ``phase Pending, PodNotFound: pod w does not exist
+    (yet)``."""
+    s = _status(o)
+    phase = s.get("phase")
+    if not phase:
+        return "no status yet (the operator has not taken it up)"
+    why = _why(s)
+    if why is None:
+        return f"phase {phase}"
+    reason, message = why
+    return f"phase {phase}, {reason}: {message}" if message else f"phase {phase}, {reason}"
+
+
+def start_state(o: Mapping[str, Any]) -> Tuple[str, Optional[str], Optional[SandboxError]]:
+    """Whether the process has started: ``("started", None, None)``; still may:
+    ``("wait", reason, None)`` (``PodNotFound``, ...; ``None`` without a status); never will:
+    ``("failed", code, error)``, the start's error. Every call that needs a started process
+    decides by this (cases in clients/conformance/start.json, shared with the Rust library)."""
+    if is_started(o):
+        return "started", None, None
+    if is_final(o):
+        try:
+            exit_of(o)
+        except SandboxError as e:
+            return "failed", e.code, e
+        return "started", None, None  # an exit of its own was a start
+    why = _why(_status(o))
+    return "wait", (why[0] if why else None), None
 
 
 def _ready_condition(o: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
@@ -138,7 +205,7 @@ def _name(o: Mapping[str, Any]) -> str:
 
 def never_started(o: Mapping[str, Any]) -> Optional[ProcessFailed]:
     s = _status(o)
-    if s.get("podUID") is not None or s.get("phase") != "Error" or not s.get("error"):
+    if s.get("podUID") is not None or s.get("phase") != "Error" or not s.get("error") or not is_final(o):
         return None
     return ProcessFailed(_name(o), s["error"]["code"], s["error"].get("message", ""))
 
@@ -156,6 +223,8 @@ def exit_of(o: Mapping[str, Any]) -> Exit:
 
 
 def _already_ended(o: Mapping[str, Any]) -> Optional[str]:
+    if not is_final(o):
+        return None  # also an Error that heals: it may still run
     s = _status(o)
     phase = s.get("phase")
     if phase == "Exited":
@@ -595,6 +664,14 @@ class Process:
         self._sandbox = sandbox
         self.name = name
         self.namespace = sandbox.namespace
+        #: How long calls without a timeout of their own (stdin, signal, logs) wait for the
+        #: start (seconds; ``None``: for ever). Not started by then: :class:`NotStarted`.
+        self.start_timeout: Optional[float] = START_TIMEOUT
+        #: Called with (bytes pending, seconds waited) once a stdin write has waited
+        #: ``STDIN_STALL`` s without the process taking a byte (the write goes on waiting);
+        #: ``None`` logs a warning on the ``sandbox_client`` logger.
+        self.on_stdin_stall: Optional[Callable[[int, float], None]] = None
+        self._started = False
 
     def __repr__(self) -> str:
         return f"Process(namespace={self.namespace!r}, name={self.name!r})"
@@ -614,6 +691,34 @@ class Process:
 
     def status(self) -> Dict[str, Any]:
         return _status(self.object())
+
+    def _ensure_started(self, what: str, timeout: Optional[float]) -> None:
+        """The one rule of every call that needs a started process: wait for the start within
+        ``timeout``; a start that failed raises its error (:class:`ProcessFailed` with its code,
+        :class:`EndedWithoutExit`); still waiting then: :class:`NotStarted`, naming why."""
+        if self._started:
+            return
+        try:
+            o = self._until(lambda o: start_state(o)[0] != "wait", "start", timeout)
+        except NotStarted as e:
+            raise NotStarted(f"sandboxprocess {self.name} has not started after {timeout}s "
+                             f"({what} needs a started process): {e.state}", e.reason, e.state) from None
+        state, _, err = start_state(o)
+        if err is not None:
+            raise err
+        self._started = state == "started"
+
+    def _state_now(self) -> str:
+        try:
+            return describe(self.object())
+        except NotFound:
+            return "the object is gone"
+        except SandboxError:
+            return ""
+
+    def _timed_out(self, what: str, timeout: Optional[float], state: str) -> WaitTimeout:
+        said = f"timed out after {timeout}s waiting for sandboxprocess {self.name} to {what}"
+        return WaitTimeout(f"{said}: {state}" if state else said)
 
     def _until(self, cond: Callable[[Dict[str, Any]], bool], what: str,
                timeout: Optional[float]) -> Dict[str, Any]:
@@ -643,10 +748,16 @@ class Process:
                 raise NotFound(f"sandboxprocess {self.name} not found")
             if cond(items[0]):
                 return items[0]
+            last = items[0]
             rv = got["metadata"]["resourceVersion"]
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise WaitTimeout(f"timed out after {timeout}s waiting for sandboxprocess {self.name} to {what}")
+                if what == "start":
+                    state, reason, _ = start_state(last)
+                    if state == "wait":
+                        raise NotStarted(f"sandboxprocess {self.name} has not started after {timeout}s: "
+                                         f"{describe(last)}", reason, describe(last))
+                raise self._timed_out(what, timeout, describe(last))
             # Our own watch request, not kubernetes.watch.Watch: that one starts again by
             # itself when the server ends a watch, so an idle wait would outlive its deadline.
             window = 300 if left is None else max(1, min(300, math.ceil(left)))
@@ -666,8 +777,10 @@ class Process:
                             raise NotFound(f"sandboxprocess {self.name} was deleted")
                         if kind == "ERROR":
                             break  # expired (410) and the like: list again
-                        if kind in ("ADDED", "MODIFIED") and cond(obj):
-                            return cast(Dict[str, Any], obj)
+                        if kind in ("ADDED", "MODIFIED"):
+                            if cond(obj):
+                                return cast(Dict[str, Any], obj)
+                            last = obj
                 finally:
                     resp.release_conn()
             except ApiException as e:
@@ -682,10 +795,9 @@ class Process:
         return exit_of(self._until(is_final, "exit", timeout))
 
     def wait_started(self, timeout: Optional[float] = None) -> None:
-        o = self._until(lambda o: is_started(o) or is_final(o), "start", timeout)
-        e = never_started(o)
-        if e is not None:
-            raise e
+        """Until the process has started; one that never will raises the start's error, one
+        still waiting at the timeout :class:`NotStarted` (its code says why)."""
+        self._ensure_started("wait_started", timeout)
 
     def wait_ready(self, timeout: Optional[float] = None) -> None:
         """Until the declared readiness passed (without one: started)."""
@@ -712,8 +824,7 @@ class Process:
         """Its output as events, from ``after`` (or the beginning); with ``follow``, until the
         process ends. The last event is ``end``."""
         r = _Reader(self, follow, after, stream, limit_bytes)
-        if follow:
-            self.wait_started()
+        self._ensure_started("logs", self.start_timeout)
         try:
             for t, f, _ in r.events():
                 yield LogEvent(type=t, **f)
@@ -733,7 +844,7 @@ class Process:
         matches = lambda line: rx.search(line.decode("utf-8", "replace")) is not None  # noqa: E731
         lines = _Lines()
         r = _Reader(self, True, after, stream, None)
-        self.wait_started(timeout)
+        self._ensure_started("wait_for_log", timeout)
         result: List[LogMatch] = []
 
         def scan() -> None:
@@ -754,9 +865,8 @@ class Process:
                         return
                     raise ExitedBeforeLog(f"sandboxprocess {self.name} ended before its output matched {pattern!r}")
 
-        _with_deadline(scan, deadline, lambda: WaitTimeout(
-            f"timed out after {timeout}s waiting for sandboxprocess {self.name} to log a matching line"),
-            r.cancel)
+        _with_deadline(scan, deadline, lambda: self._timed_out(
+            "log a matching line", timeout, self._state_now()), r.cancel)
         return result[0]
 
     def wait_for_port(self, port: int, http_path: Optional[str] = None,
@@ -778,7 +888,7 @@ class Process:
                 raise InvalidArgument("status", f"{lo}-{hi} is not a range within 100-599")
             body = {"httpGet": {"port": port, "path": http_path, "status": {"min": lo, "max": hi}}}
         deadline = None if timeout is None else time.monotonic() + timeout
-        self.wait_started(timeout)
+        self._ensure_started("wait_for_port", timeout)
         last = ""
         while True:
             o = self.object()
@@ -803,19 +913,15 @@ class Process:
                     raise
                 last = str(e)
             if deadline is not None and time.monotonic() + interval > deadline:
-                raise WaitTimeout(
-                    f"timed out after {timeout}s waiting for sandboxprocess {self.name} to listen on port {port}"
-                    + (f" (last check: {last})" if last else ""))
+                raise self._timed_out(f"listen on port {port}", timeout, self._state_now()
+                                      + (f" (last check: {last})" if last else ""))
             time.sleep(interval)
 
     def output(self, max_bytes: Optional[int] = None, timeout: Optional[float] = None) -> Output:
         """Waits for the end; its whole retained output and how it ended. ``max_bytes`` bounds
         what is kept per stream (beyond it: ``truncated``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        o = self._until(lambda o: is_started(o) or is_final(o), "end", timeout)
-        e = never_started(o)
-        if e is not None:
-            raise e
+        self._ensure_started("output", timeout)
         bufs = {"stdout": bytearray(), "stderr": bytearray()}
         truncated = [False]
         cap = max_bytes if max_bytes is not None else float("inf")
@@ -837,9 +943,8 @@ class Process:
             except SandboxError as e:
                 raise self._explain(e) from None
 
-        _with_deadline(collect, deadline, lambda: WaitTimeout(
-            f"timed out after {timeout}s waiting for sandboxprocess {self.name} to end"),
-            reader.cancel)
+        _with_deadline(collect, deadline, lambda: self._timed_out(
+            "end", timeout, self._state_now()), reader.cancel)
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         done = self._until(is_final, "end", left)
         return Output(bytes(bufs["stdout"]), bytes(bufs["stderr"]), exit_of(done), truncated[0])
@@ -868,12 +973,14 @@ class Process:
         """Sends signal n (1-64) once to its process group; the agent's record after it."""
         if not 1 <= n <= 64:
             raise InvalidArgument("signal", f"{n} is not 1-64")
+        self._ensure_started("signal", self.start_timeout)
         resp = self._sandbox._raw("POST", self._path("signal"), body={"signal": n},
                                   content_type="application/json", timeout=30)
         return json.loads(resp.read())
 
     def stdin_state(self) -> Dict[str, Any]:
         """``{"bytes": B, "closed": C}``: where the next write starts."""
+        self._ensure_started("stdin_state", self.start_timeout)
         return json.loads(self._sandbox._raw("GET", self._path("stdin"), timeout=30).read())
 
     def _write(self, offset: int, data: bytes, close: bool) -> Dict[str, Any]:
@@ -887,6 +994,7 @@ class Process:
     def _send(self, offset: int, data: bytes, close: bool) -> int:
         start, end = offset, offset + len(data)
         failures, idle = 0, 0.005
+        since, told = time.monotonic(), False
         while True:
             try:
                 s = self._write(offset, data[offset - start:], close)
@@ -914,9 +1022,21 @@ class Process:
                 return end
             if s["bytes"] > offset:
                 offset, idle = s["bytes"], 0.005
+                since, told = time.monotonic(), False
             else:
+                waited = time.monotonic() - since
+                if not told and waited >= STDIN_STALL:
+                    told = True  # once per stall
+                    self._stalled(end - offset, waited)
                 time.sleep(idle)  # not read yet: wait, as a pipe makes a writer wait
                 idle = min(idle * 2, 0.2)
+
+    def _stalled(self, pending: int, waited: float) -> None:
+        if self.on_stdin_stall is not None:
+            self.on_stdin_stall(pending, waited)
+        else:
+            log.warning("sandboxprocess %s is not reading its stdin (%d bytes pending for %.0f s); "
+                        "still waiting", self.name, pending, waited)
 
     def send_stdin(self, data: bytes) -> int:
         """Appends ``data`` to its stdin exactly once (retries by offset); the offset after it."""
@@ -926,6 +1046,7 @@ class Process:
         """Like :meth:`send_stdin`, starting at the caller's ``offset``: retrying a call that
         failed part-way with the same offset and bytes sends only what stdin has not taken
         (exactly once across calls, not only within one)."""
+        self._ensure_started("send_stdin", self.start_timeout)
         out = offset
         for i in range(0, len(data), 256 << 10):
             out = self._send(out, data[i:i + (256 << 10)], False)
@@ -934,6 +1055,7 @@ class Process:
     def pump_stdin(self, source: Any) -> int:
         """Copies a binary file-like ``source`` (``.read(n)``) to its stdin from where it is, in
         order and exactly once, then closes it; the bytes sent."""
+        self._ensure_started("pump_stdin", self.start_timeout)
         state = self.stdin_state()
         if state.get("closed"):
             raise ApiError(409, "Conflict", f"StdinUnavailable: stdin of sandboxprocess {self.name} is closed")

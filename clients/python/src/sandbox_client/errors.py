@@ -67,6 +67,18 @@ class WaitTimeout(SandboxError):
     code = "Timeout"
 
 
+class NotStarted(WaitTimeout):
+    """A call that needs a started process waited its timeout for the start in vain (a missing
+    pod, a pod not running yet, no agent). ``code`` is the reason it waits (``PodNotFound``,
+    ``PodPending``, ``AgentUnavailable``, ...; ``NotStarted`` when the status gives none);
+    ``state`` says it in full (phase, reason, message)."""
+
+    def __init__(self, message: str, reason: Optional[str], state: str) -> None:
+        super().__init__(message, code=reason or "NotStarted")
+        self.reason = reason
+        self.state = state
+
+
 class ExitedBeforeLog(SandboxError):
     code = "ExitedBeforeLog"
 
