@@ -116,6 +116,8 @@ setup_network() {
   # Nodes 2.. (lib/nodes.sh) hang off the node bridge by veth: their IPs are on its link, their
   # pods routed through them; the host forwards between them and node 1's pods, nowhere else.
   ip route add "$NODE_NET" dev "$NODE_IF" src "$NODE_IP"
+  # Pod subnets of nodes not (or no longer) there fail at once rather than leave the machine.
+  ip route replace unreachable "$CLUSTER_CIDR"
   echo 1 >"/proc/sys/net/ipv4/conf/$NODE_IF/forwarding"
   echo 0 >"/proc/sys/net/ipv4/conf/$NODE_IF/send_redirects"
   iptables -t mangle -N "$MANGLE_CHAIN"
@@ -135,6 +137,10 @@ cleanup_network() {
   done
   ip link del "$CNI_BRIDGE" 2>/dev/null || true
   ip link del "$NODE_IF" 2>/dev/null || true
+  local r
+  for r in $(ip route show type unreachable | awk '$1 ~ /^10\.244\./ {print $1}'); do
+    ip route del unreachable "$r" 2>/dev/null || true
+  done
   while iptables -t mangle -D FORWARD -j "$MANGLE_CHAIN" 2>/dev/null; do :; done
   iptables -t mangle -F "$MANGLE_CHAIN" 2>/dev/null || true
   iptables -t mangle -X "$MANGLE_CHAIN" 2>/dev/null || true

@@ -261,7 +261,10 @@ node_off() {
   umount "$NODE_MNT" 2>/dev/null || umount -l "$NODE_MNT" 2>/dev/null || true
   ip netns del "$NODE_NETNS" 2>/dev/null || true
   ip link del "$NODE_VETH" 2>/dev/null || true
-  ip route del "$POD_SUBNET" via "$NODE_IP" dev "$NODE_IF" 2>/dev/null || true
+  # Unreachable, not deleted: without a route the node's pod subnet would follow the default
+  # route off the machine, and a connection the API server held to a pod there (the aggregated
+  # API's) was answered from outside (404s) instead of failing.
+  ip route replace unreachable "$POD_SUBNET" 2>/dev/null || true
   for m in $(cgroup_mounts); do
     [ -d "$m$NODE_CGROUP" ] && find "$m$NODE_CGROUP" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
