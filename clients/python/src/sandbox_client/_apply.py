@@ -32,3 +32,28 @@ def apply_body(value: Any) -> bytes:
     if not all(yaml_keeps(c) for c in text):
         text = "".join(c if yaml_keeps(c) else f"\\u{ord(c):04x}" for c in text)
     return text.encode("utf-8")
+
+
+def apply(api_client: Any, group: str, version: str, namespace: str, plural: str, name: str,
+          value: Any, field_manager: str, dry_run: bool = False) -> Any:
+    """A server-side apply of ``value`` with the body :func:`apply_body` makes. The generated
+    ``patch_namespaced_custom_object`` takes only a dict (and ``json.dumps`` it), so this builds
+    the same request one layer down; errors are raised as the generated method raises them
+    (``ApiException``)."""
+    query = [("fieldManager", field_manager)] + ([("dryRun", "All")] if dry_run else [])
+    params = api_client.param_serialize(
+        method="PATCH",
+        resource_path="/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}",
+        path_params={"group": group, "version": version, "namespace": namespace,
+                     "plural": plural, "name": name},
+        query_params=query,
+        header_params={"Content-Type": "application/apply-patch+yaml",
+                       "Accept": "application/json"},
+        body=apply_body(value),
+        auth_settings=["BearerToken"],
+    )
+    response = api_client.call_api(*params)
+    response.read()
+    return api_client.response_deserialize(
+        response_data=response, response_types_map={"200": "object", "201": "object"},
+    ).data

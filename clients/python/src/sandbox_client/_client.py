@@ -10,7 +10,7 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ReadTimeoutError
 
-from ._apply import apply_body
+from ._apply import apply
 from .errors import (
     ApiError,
     EndedWithoutExit,
@@ -334,11 +334,8 @@ class Sandbox:
         while True:
             try:
                 # Serialized here: argv and env may hold characters YAML refuses raw.
-                self._objects.patch_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, name, apply_body(manifest),
-                    field_manager=self.field_manager,
-                    _content_type="application/apply-patch+yaml",
-                )
+                apply(self._objects.api_client, GROUP, VERSION, self.namespace, PLURAL, name,
+                      manifest, self.field_manager)
                 return self.process(name)
             except ApiException as e:
                 err = _api_error(e)
@@ -386,7 +383,7 @@ class Sandbox:
         query: Optional[List[Tuple[str, str]]] = None,
         body: Any = None,
         content_type: Optional[str] = None,
-        timeout: Optional[float] = None,
+        timeout: Union[None, float, Tuple[float, float]] = None,
     ) -> Any:
         headers = {"Accept": "application/json, */*"}
         if content_type:
