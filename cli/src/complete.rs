@@ -201,24 +201,21 @@ async fn names(kube: &KubeFlags, pods: bool) -> Vec<String> {
         Api::<Pod>::namespaced(client, &ns)
             .list_metadata(&lp)
             .await
-            .map(|l| {
-                l.items
-                    .into_iter()
-                    .filter_map(|p| p.metadata.name)
-                    .collect()
-            })
+            .map(names_of)
     } else {
         Api::<Object>::namespaced(client, &ns)
             .list_metadata(&lp)
             .await
-            .map(|l| {
-                l.items
-                    .into_iter()
-                    .filter_map(|p| p.metadata.name)
-                    .collect()
-            })
+            .map(names_of)
     };
     got.unwrap_or_default()
+}
+
+fn names_of<K: Clone>(l: kube::core::ObjectList<kube::core::PartialObjectMeta<K>>) -> Vec<String> {
+    l.items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect()
 }
 
 #[cfg(test)]
