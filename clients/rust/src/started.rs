@@ -179,7 +179,7 @@ mod tests {
     use serde_json::Value;
 
     /// clients/conformance/start.json: the same cases the Python client's tests run.
-    const CASES: &str = include_str!("../../clients/conformance/start.json");
+    const CASES: &str = include_str!("../../conformance/start.json");
 
     fn object(case: &Value) -> SandboxProcess {
         let mut o = serde_json::json!({
