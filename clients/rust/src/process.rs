@@ -259,8 +259,10 @@ impl Process {
         Ok(status(&self.object().await?))
     }
 
-    /// Waits (on a watch) until `cond` holds; `None` timeout waits for ever.
-    pub(crate) async fn until(
+    /// Waits (on a watch) until `cond` holds, for any condition a caller (or a test) needs
+    /// beyond the ones named here; `what` names it in a timeout. `None` waits for ever. A
+    /// deleted object ends the wait with [`Error::NotFound`].
+    pub async fn until(
         &self,
         timeout: Option<Duration>,
         what: &'static str,

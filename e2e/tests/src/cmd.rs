@@ -1,0 +1,92 @@
+//! Commands a test runs as a user or an operator of the cluster would: kubectl (exec, wait,
+//! apply of arbitrary manifests) and the fault hooks of e2e/cluster. Every command is bounded.
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+/// What a finished command said.
+#[derive(Debug)]
+pub struct Out {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// Runs `program args` with `stdin`, for at most `limit`; a non-zero exit is not an error here.
+pub async fn run(
+    program: &str,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    limit: Duration,
+) -> Result<Out> {
+    let mut c = Command::new(program);
+    c.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = c.spawn().with_context(|| format!("starting {program}"))?;
+    if let (Some(data), Some(mut w)) = (stdin, child.stdin.take()) {
+        w.write_all(data)
+            .await
+            .with_context(|| format!("{program}: writing stdin"))?;
+    }
+    let out = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .with_context(|| format!("{program} {} did not end within {limit:?}", args.join(" ")))??;
+    Ok(Out {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// Runs a command that must succeed; its stdout.
+pub async fn ok(program: &str, args: &[&str]) -> Result<String> {
+    let out = run(program, args, None, Duration::from_secs(120)).await?;
+    if !out.success() {
+        bail!(
+            "{program} {} failed ({:?}): {}{}",
+            args.join(" "),
+            out.code,
+            out.stderr,
+            out.stdout
+        );
+    }
+    Ok(out.stdout)
+}
+
+/// kubectl with these arguments (the wrapper's KUBECONFIG); must succeed.
+pub async fn kubectl(args: &[&str]) -> Result<String> {
+    ok("kubectl", args).await
+}
+
+/// kubectl reading a manifest on stdin; not required to succeed (a refusal is often the point).
+pub async fn kubectl_stdin(args: &[&str], stdin: &str) -> Result<Out> {
+    run(
+        "kubectl",
+        args,
+        Some(stdin.as_bytes()),
+        Duration::from_secs(120),
+    )
+    .await
+}
+
+/// A fault hook of the test cluster: `e2e/cluster ARGS` (node stop/start, crash, ...).
+pub async fn cluster(args: &[&str]) -> Result<String> {
+    let script = crate::repo_root().join("e2e/cluster");
+    ok(script.to_str().context("repository path")?, args).await
+}

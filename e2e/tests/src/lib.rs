@@ -1,0 +1,35 @@
+//! The fixture of the end-to-end tests: each test runs in a temporary namespace of the running
+//! test cluster ([`with_ns`]), applies manifests as a user would, waits on watches through
+//! `sandbox-client` (no jsonpath polling), and reaches the cluster's fault hooks
+//! (`e2e/cluster node stop`, agent deletes, SIGSTOP of the controller manager) as commands.
+//!
+//! The tests are `#[ignore]`d: `cargo test --workspace` builds them without a cluster, and the
+//! bash suite that builds and deploys what they test runs them with `--ignored` (e2e/README.md).
+pub mod cmd;
+pub mod fields;
+pub mod manifests;
+pub mod ns;
+pub mod wait;
+
+pub use fields::{cond, field};
+pub use ns::{with_ns, TestNs};
+
+/// The image every test pod runs (built by e2e/images, imported into containerd).
+pub const WORKLOAD_IMAGE: &str = "localhost/sandbox-workload:e2e";
+
+/// What the bash wrapper passes down, with a message that says how to run the test instead.
+pub fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the e2e tests through their suite (e2e/README.md)")
+    })
+}
+
+/// Node 1: the machine's own host (lib/common.sh NODE_NAME), where host-side checks look.
+pub fn node1() -> String {
+    std::env::var("SPO_NODE1").unwrap_or_else(|_| "spo-e2e".into())
+}
+
+/// The repository's root (for the fault hooks under e2e/).
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
