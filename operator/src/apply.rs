@@ -18,8 +18,9 @@ use tracing::{debug, info};
 
 use crate::act::Actor;
 use crate::agent::Anywhere;
-use crate::controller::{now, ttl_requeue, Context, Error, OUTPUT_REFRESH, PENDING_RECHECK};
+use crate::context::{now, ttl_requeue, Context, OUTPUT_REFRESH, PENDING_RECHECK};
 use crate::envfrom;
+use crate::error::Error;
 use crate::memo::CachedCopy;
 use crate::pod;
 use crate::status::{self, AgentView, ContainerFacts, Facts, PodFacts};
