@@ -14,6 +14,7 @@ pub mod error;
 pub mod lease;
 pub mod memo;
 pub mod metrics;
+pub mod pki;
 pub mod pod;
 pub mod status;
 pub mod subresources;

@@ -332,7 +332,7 @@ fn issuing(args: &Args) -> certs::Issuing {
             args.serving_dns.clone()
         },
         agent_bundle: args.agent_bundle_configmap.clone(),
-        validity: certs::authority::Validity {
+        validity: sandbox_operator::pki::authority::Validity {
             ca: args.ca_validity,
             leaf: args.leaf_validity,
         },
