@@ -11,7 +11,7 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 use kube::Client;
 
-use crate::agent::{AgentClient, Agents};
+use crate::agent::Agents;
 use crate::memo::Memo;
 use crate::metrics::Metrics;
 
@@ -45,18 +45,8 @@ pub struct Settings {
     pub agent_grace: Duration,
     /// Reconciles running at once.
     pub concurrency: u16,
-    /// `--agent-url`: one agent for every node.
-    pub agent_url: Option<String>,
-    pub agent_port: u16,
-    /// Shared with the subresource API: one trust state, one pin table.
-    pub agent_client: AgentClient,
     /// How often the agents' processes are compared with the objects (orphans).
     pub orphan_sweep: Duration,
-    /// Namespace of the agent pods.
-    pub namespace: String,
-    /// Labels of this release's agent pods: another release's agents (same namespace or not)
-    /// never receive this operator's token.
-    pub agent_selector: String,
     /// `reportingInstance` of Events.
     pub instance: String,
 }

@@ -110,10 +110,14 @@ fn slim(o: &mut SandboxProcess) {
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controller until `shutdown` resolves. `agents` is the registry shared with the
+/// subresource API; `changed` receives the exec ids whose record changed (from the agents'
+/// watches, which run while the controller does).
 pub async fn run(
     client: Client,
     settings: Settings,
+    agents: Arc<Agents>,
+    changed: mpsc::UnboundedReceiver<String>,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
@@ -126,14 +130,6 @@ pub async fn run(
         })
         .reflect(pod_writer)
         .touched_objects();
-    let (tx, rx) = mpsc::unbounded_channel::<String>();
-    let agents = Agents::new(
-        settings.agent_client.clone(),
-        settings.agent_url.clone(),
-        agent_pods(&client, &settings),
-        settings.agent_port,
-        tx,
-    );
     let watches = tokio::spawn(agents.clone().run_watches());
     let (sweeper_agents, sweep_every) = (agents.clone(), settings.orphan_sweep);
     let reporter = Reporter {
@@ -176,7 +172,7 @@ pub async fn run(
                 .map(|o| ObjectRef::from_obj(o.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_on(agent_changes(rx, store))
+        .reconcile_on(agent_changes(changed, store))
         .graceful_shutdown_on(shutdown);
     info!(concurrency, "controller running");
     controller
@@ -195,24 +191,6 @@ pub async fn run(
     watches.abort();
     sweeper.abort();
     Ok(())
-}
-
-/// This release's agent pods, cached (none with a fixed `--agent-url`).
-fn agent_pods(client: &Client, settings: &Settings) -> Option<Store<Pod>> {
-    if settings.agent_url.is_some() {
-        return None;
-    }
-    let (store, writer) = reflector::store::<Pod>();
-    let api = Api::<Pod>::namespaced(client.clone(), &settings.namespace);
-    let stream = watcher(
-        api,
-        watcher::Config::default().labels(&settings.agent_selector),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .for_each(|_| futures::future::ready(()));
-    tokio::spawn(stream);
-    Some(store)
 }
 
 /// Agent record changed → the object whose UID is the exec id.
