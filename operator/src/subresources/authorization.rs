@@ -10,6 +10,7 @@ use sandbox_api::crd::GROUP;
 
 use super::error::{Result, SubresourceError};
 use super::frontproxy::UserInfo;
+use super::locate::{locate, Located};
 use super::server::Server;
 use super::tls::Peer;
 
@@ -27,8 +28,39 @@ pub fn caller(server: &Server, peer: &Peer, headers: &HeaderMap) -> Result<UserI
         .ok_or_else(|| SubresourceError::Unauthorized("no user in the request headers".into()))
 }
 
-/// Whether the caller may do what `attrs` says (a SubjectAccessReview for the same user).
-async fn allowed(server: &Server, user: &UserInfo, attrs: ResourceAttributes) -> Result<bool> {
+/// The rights a subresource needs.
+pub struct Needs {
+    /// On the SandboxProcess.
+    pub verb: &'static str,
+    /// `create pods/exec` on its pod too, for this act ("signalling": named in the refusal).
+    pub exec: Option<&'static str>,
+}
+
+/// The process of `namespace/name`, for a caller with the rights `needs` says; checked in this
+/// order (object, process, pod), each refused with its own answer.
+pub async fn authorized_process(
+    server: &Server,
+    user: &UserInfo,
+    namespace: &str,
+    name: &str,
+    needs: Needs,
+) -> Result<Located> {
+    authorize(server, user, needs.verb, namespace, name).await?;
+    let at = locate(server, namespace, name).await?;
+    if let Some(what) = needs.exec {
+        authorize_exec(server, user, namespace, &at.pod, what).await?;
+    }
+    Ok(at)
+}
+
+/// Refuses with `denied` unless the caller may do what `attrs` says (a SubjectAccessReview for
+/// the same user).
+async fn require(
+    server: &Server,
+    user: &UserInfo,
+    attrs: ResourceAttributes,
+    denied: impl FnOnce() -> String,
+) -> Result<()> {
     let sar = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user.username.clone()),
@@ -44,12 +76,16 @@ async fn allowed(server: &Server, user: &UserInfo, attrs: ResourceAttributes) ->
         .create(&PostParams::default(), &sar)
         .await
         .map_err(|e| SubresourceError::Internal(format!("SubjectAccessReview: {e}")))?;
-    Ok(review.status.is_some_and(|s| s.allowed))
+    if review.status.is_some_and(|s| s.allowed) {
+        Ok(())
+    } else {
+        Err(SubresourceError::Forbidden(denied()))
+    }
 }
 
 /// The right `kubectl exec` needs on the process's pod: a signal can do what `stop` can (end
 /// the process), and changing `stop` needs it (the admission policy), so a signal does too.
-pub async fn authorize_exec(
+async fn authorize_exec(
     server: &Server,
     user: &UserInfo,
     namespace: &str,
@@ -65,18 +101,17 @@ pub async fn authorize_exec(
         name: Some(pod.into()),
         ..Default::default()
     };
-    if allowed(server, user, attrs).await? {
-        Ok(())
-    } else {
-        Err(SubresourceError::Forbidden(format!(
+    require(server, user, attrs, || {
+        format!(
             "pods \"{pod}\" is forbidden: User \"{}\" cannot create resource \"pods/exec\" in the namespace \"{namespace}\": {what} a SandboxProcess needs the same permission as kubectl exec on its pod",
             user.username
-        )))
-    }
+        )
+    })
+    .await
 }
 
 /// RBAC on the SandboxProcess itself, for the caller.
-pub async fn authorize(
+async fn authorize(
     server: &Server,
     user: &UserInfo,
     verb: &str,
@@ -91,12 +126,11 @@ pub async fn authorize(
         name: Some(name.into()),
         ..Default::default()
     };
-    if allowed(server, user, attrs).await? {
-        Ok(())
-    } else {
-        Err(SubresourceError::Forbidden(format!(
+    require(server, user, attrs, || {
+        format!(
             "sandboxprocesses.{GROUP} \"{name}\" is forbidden: User \"{}\" cannot {verb} resource \"sandboxprocesses\" in API group \"{GROUP}\" in the namespace \"{namespace}\"",
             user.username
-        )))
-    }
+        )
+    })
+    .await
 }

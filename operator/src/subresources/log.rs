@@ -10,12 +10,17 @@ use axum::Extension;
 use sandbox_api::wire::{LogQuery, LogStream};
 use serde::Deserialize;
 
-use super::authorization::{authorize, caller};
+use super::authorization::{authorized_process, caller, Needs};
 use super::error::{agent_error, Result, SubresourceError};
-use super::locate::locate;
 use super::relay;
 use super::server::Server;
 use super::tls::Peer;
+
+/// Reading the output is reading the object.
+const NEEDS: Needs = Needs {
+    verb: "get",
+    exec: None,
+};
 
 /// Query parameters, taken as text so that a bad value is refused naming its parameter.
 #[derive(Debug, Default, Deserialize)]
@@ -77,8 +82,7 @@ pub async fn log(
     let user = caller(&server, &peer, &headers)?;
     let Query(p) = params.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
     let query = p.query()?;
-    authorize(&server, &user, "get", &namespace, &name).await?;
-    let at = locate(&server, &namespace, &name).await?;
+    let at = authorized_process(&server, &user, &namespace, &name, NEEDS).await?;
     let resp = server
         .agents
         .client

@@ -5,11 +5,16 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::{Extension, Json};
 
-use super::authorization::{authorize, authorize_exec, caller};
+use super::authorization::{authorized_process, caller, Needs};
 use super::error::{agent_error, Result, SubresourceError};
-use super::locate::locate;
 use super::server::Server;
 use super::tls::Peer;
+
+/// Dialling inside the pod is what exec could do, not what reading the object allows.
+const NEEDS: Needs = Needs {
+    verb: "get",
+    exec: Some("checking a port of"),
+};
 
 /// One port check inside the process's pod (`{"tcpSocket": {"port": N}}` or `{"httpGet":
 /// {"port": N, "path": "/", "status": {"min": 200, "max": 399}}}`), for clients' `waitForPort`:
@@ -32,9 +37,7 @@ pub async fn probe(
     })?;
     sandbox_api::validate::port_check("probe", &p)
         .map_err(|v| SubresourceError::BadRequest(v.to_string()))?;
-    authorize(&server, &user, "get", &namespace, &name).await?;
-    let at = locate(&server, &namespace, &name).await?;
-    authorize_exec(&server, &user, &namespace, &at.pod, "checking a port of").await?;
+    let at = authorized_process(&server, &user, &namespace, &name, NEEDS).await?;
     let r = server
         .agents
         .client

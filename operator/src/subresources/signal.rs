@@ -10,11 +10,16 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use tracing::info;
 
-use super::authorization::{authorize, authorize_exec, caller};
+use super::authorization::{authorized_process, caller, Needs};
 use super::error::{agent_error, Result, SubresourceError};
-use super::locate::locate;
 use super::server::Server;
 use super::tls::Peer;
+
+/// A signal can do what `stop` can: end the process.
+const NEEDS: Needs = Needs {
+    verb: "update",
+    exec: Some("signalling"),
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,9 +42,7 @@ pub async fn signal(
             b.signal
         )));
     }
-    authorize(&server, &user, "update", &namespace, &name).await?;
-    let at = locate(&server, &namespace, &name).await?;
-    authorize_exec(&server, &user, &namespace, &at.pod, "signalling").await?;
+    let at = authorized_process(&server, &user, &namespace, &name, NEEDS).await?;
     let rec = server
         .agents
         .client

@@ -9,11 +9,22 @@ use axum::{Extension, Json};
 use sandbox_api::wire::{StdinState, MAX_STDIN_WRITE};
 use serde::Deserialize;
 
-use super::authorization::{authorize, authorize_exec, caller};
+use super::authorization::{authorized_process, caller, Needs};
 use super::error::{agent_error, Result, SubresourceError};
-use super::locate::locate;
 use super::server::Server;
 use super::tls::Peer;
+
+/// Where stdin is: reading the object.
+const READ_NEEDS: Needs = Needs {
+    verb: "get",
+    exec: None,
+};
+
+/// A write needs the rights of a signal.
+const WRITE_NEEDS: Needs = Needs {
+    verb: "update",
+    exec: Some("writing the stdin of"),
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -65,9 +76,7 @@ pub async fn stdin(
         ))
     })?;
     let (offset, close) = p.parse()?;
-    authorize(&server, &user, "update", &namespace, &name).await?;
-    let at = locate(&server, &namespace, &name).await?;
-    authorize_exec(&server, &user, &namespace, &at.pod, "writing the stdin of").await?;
+    let at = authorized_process(&server, &user, &namespace, &name, WRITE_NEEDS).await?;
     let state = server
         .agents
         .client
@@ -85,8 +94,7 @@ pub async fn stdin_state(
     headers: HeaderMap,
 ) -> Result<Json<StdinState>> {
     let user = caller(&server, &peer, &headers)?;
-    authorize(&server, &user, "get", &namespace, &name).await?;
-    let at = locate(&server, &namespace, &name).await?;
+    let at = authorized_process(&server, &user, &namespace, &name, READ_NEEDS).await?;
     let rec = server
         .agents
         .client
