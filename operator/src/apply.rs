@@ -18,8 +18,9 @@ use tracing::{debug, info};
 
 use crate::act::Actor;
 use crate::agent::Anywhere;
-use crate::controller::{now, ttl_requeue, Context, Error, OUTPUT_REFRESH, PENDING_RECHECK};
+use crate::context::{now, ttl_requeue, Context, OUTPUT_REFRESH, PENDING_RECHECK};
 use crate::envfrom;
+use crate::error::Error;
 use crate::memo::CachedCopy;
 use crate::pod;
 use crate::status::{self, AgentView, ContainerFacts, Facts, PodFacts};
@@ -32,46 +33,11 @@ pub async fn apply(
 ) -> Result<Action, Error> {
     let uid = obj.uid().ok_or(Error::Incomplete("uid"))?;
     // What the copy holds (the writer compares against it) and what this reconcile judges by.
-    let stored = obj.status.clone().unwrap_or_default();
-    let mut prev = stored.clone();
+    let (stored, prev) = match judged(&obj, ctx, &uid) {
+        Ok(both) => both,
+        Err(wait) => return Ok(wait),
+    };
     let now = now();
-    let copy = ctx
-        .memo
-        .judge_copy(&uid, status::is_final(&prev), status::is_started(&prev));
-    if copy != CachedCopy::Current {
-        // Our final or started status is not in this copy yet: acting on it could start the
-        // process again (in a pod re-created meanwhile) or overwrite the end; look again once the
-        // cache has caught up.
-        debug!(
-            ?copy,
-            "cached copy predates our status; waiting for the cache"
-        );
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    }
-    if prev.target_pod_uid.is_none() {
-        // A start was sent (its outcome perhaps unknown) before any status of ours is in this
-        // copy: bound to that pod, as the status will say.
-        prev.target_pod_uid = ctx.memo.start_sent_for(&uid);
-    }
-    if prev.target_pod_uid.is_none() && !status::is_started(&prev) && !status::is_final(&prev) {
-        // Or an earlier leader sent one and went before writing any status: an agent holds the
-        // process, perhaps in a pod replaced since (on another node). Started there, as far as
-        // this reconcile is concerned (the record tells how it is, or that its pod is gone), or
-        // the process would run twice.
-        match ctx.agents.held_anywhere(&uid) {
-            Anywhere::Held { node, record } => {
-                info!(pod_uid = %record.pod_uid, node = ?node, "an agent already holds this process (an earlier start); taken as started there");
-                prev.target_pod_uid = Some(record.pod_uid.clone());
-                prev.pod_uid = Some(record.pod_uid);
-                prev.node_name = node.or(prev.node_name);
-            }
-            Anywhere::NotYetKnown => {
-                debug!("an agent's watch is not synced yet; the start waits for it");
-                return Ok(Action::requeue(Duration::from_secs(1)));
-            }
-            Anywhere::Nowhere => {}
-        }
-    }
     if status::is_final(&prev) {
         return finished(&obj, ctx, api, &prev, &now).await;
     }
@@ -151,6 +117,56 @@ pub async fn apply(
     let deadline =
         status::start_deadline_left(spec, obj.metadata.creation_timestamp.as_ref(), &now);
     Ok(next_action(&agent, held_back, next.phase, deadline))
+}
+
+/// The status as stored in the cached copy, and the one this reconcile judges by: the stored one
+/// bound to the pod a start was already sent for (by us, or by an earlier leader that an agent's
+/// record betrays). `Err`: look again after this, the facts are not in yet.
+fn judged(
+    obj: &SandboxProcess,
+    ctx: &Context,
+    uid: &str,
+) -> Result<(SandboxProcessStatus, SandboxProcessStatus), Action> {
+    let stored = obj.status.clone().unwrap_or_default();
+    let mut prev = stored.clone();
+    let copy = ctx
+        .memo
+        .judge_copy(uid, status::is_final(&prev), status::is_started(&prev));
+    if copy != CachedCopy::Current {
+        // Our final or started status is not in this copy yet: acting on it could start the
+        // process again (in a pod re-created meanwhile) or overwrite the end; look again once the
+        // cache has caught up.
+        debug!(
+            ?copy,
+            "cached copy predates our status; waiting for the cache"
+        );
+        return Err(Action::requeue(Duration::from_secs(1)));
+    }
+    if prev.target_pod_uid.is_none() {
+        // A start was sent (its outcome perhaps unknown) before any status of ours is in this
+        // copy: bound to that pod, as the status will say.
+        prev.target_pod_uid = ctx.memo.start_sent_for(uid);
+    }
+    if prev.target_pod_uid.is_none() && !status::is_started(&prev) && !status::is_final(&prev) {
+        // Or an earlier leader sent one and went before writing any status: an agent holds the
+        // process, perhaps in a pod replaced since (on another node). Started there, as far as
+        // this reconcile is concerned (the record tells how it is, or that its pod is gone), or
+        // the process would run twice.
+        match ctx.agents.held_anywhere(uid) {
+            Anywhere::Held { node, record } => {
+                info!(pod_uid = %record.pod_uid, node = ?node, "an agent already holds this process (an earlier start); taken as started there");
+                prev.target_pod_uid = Some(record.pod_uid.clone());
+                prev.pod_uid = Some(record.pod_uid);
+                prev.node_name = node.or(prev.node_name);
+            }
+            Anywhere::NotYetKnown => {
+                debug!("an agent's watch is not synced yet; the start waits for it");
+                return Err(Action::requeue(Duration::from_secs(1)));
+            }
+            Anywhere::Nowhere => {}
+        }
+    }
+    Ok((stored, prev))
 }
 
 /// Not stopped, the container runs, and no reason to refuse the start (deadline, pinned pod).

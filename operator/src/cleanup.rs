@@ -14,7 +14,9 @@ use sandbox_api::wire::ErrorCode;
 use tracing::{info, warn};
 
 use crate::agent::Cached;
-use crate::controller::{target_pod_name, Context, Error, CLEANUP_GIVE_UP, CLEANUP_RECHECK};
+use crate::context::{Context, CLEANUP_GIVE_UP, CLEANUP_RECHECK};
+use crate::error::Error;
+use crate::pod::target_pod_name;
 use crate::status;
 
 /// What the deletion waits for.

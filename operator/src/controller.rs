@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::finalizer::{self, finalizer};
@@ -19,119 +17,16 @@ use sandbox_api::crd::SandboxProcess;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::agent::{AgentClient, AgentError, Agents};
+use crate::agent::Agents;
+use crate::context::{Context, Settings, FIELD_MANAGER, FINALIZER};
+use crate::error::Error;
 use crate::memo::Memo;
 use crate::metrics::Metrics;
-
-/// Finalizer that makes deletion stop and forget the process.
-pub const FINALIZER: &str = "sandbox.dev/process";
-/// Field manager of the status written with server-side apply.
-pub const FIELD_MANAGER: &str = "sandbox-operator";
-/// The output summary in the status is refreshed at most this often while the process runs.
-pub const OUTPUT_REFRESH: Duration = Duration::from_secs(5);
-/// A delete whose process cannot be stopped (agent unreachable, node still there) is let go
-/// after this long, so objects never hang in deletion.
-pub const CLEANUP_GIVE_UP: Duration = Duration::from_secs(120);
-/// While a deleted object's process is stopping: the fallback recheck (the agent watch usually
-/// brings the object back sooner, when the record turns final).
-pub(crate) const CLEANUP_RECHECK: Duration = Duration::from_secs(2);
-/// The longest any reconcile waits before it looks again by itself.
-pub const MAX_REQUEUE: Duration = Duration::from_secs(3600);
-
-/// A Pending object is looked at again at least this often (the pod and agent watches cover the
-/// rest).
-pub(crate) const PENDING_RECHECK: Duration = Duration::from_secs(30);
-
-/// When to look again for a TTL `left` away. Clamped: kube-runtime's delay queue panics beyond
-/// ~795 days (kube-rs issue 1772; clamped there too since 5.0, but not ours to rely on).
-pub(crate) fn ttl_requeue(left: Duration) -> Action {
-    Action::requeue(left.saturating_add(Duration::from_secs(1)).min(MAX_REQUEUE))
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<finalizer::Error<Error>>),
-    #[error(transparent)]
-    Agent(#[from] AgentError),
-    #[error("cleanup: {0}")]
-    Cleanup(String),
-    #[error("object has no {0}")]
-    Incomplete(&'static str),
-    /// A bug met by one object: caught at the reconcile boundary so that it cannot take the
-    /// operator, and every other object with it, down; retried with backoff like any error.
-    #[error("reconcile panicked: {0}")]
-    Panicked(String),
-    #[error("status write: no answer from the API server within {0:?}")]
-    StatusWriteTimeout(Duration),
-}
-
-impl Error {
-    /// Label of the `reconcile_errors` metric.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "kube",
-            Error::Finalizer(e) => match e.as_ref() {
-                finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => {
-                    e.metric_label()
-                }
-                _ => "finalizer",
-            },
-            Error::Agent(AgentError::Unreachable { .. }) => "agent_unreachable",
-            Error::Agent(AgentError::Api { .. }) => "agent",
-            Error::StatusWriteTimeout(_) => "status_write_timeout",
-            Error::Cleanup(_) => "cleanup",
-            Error::Incomplete(_) => "incomplete_object",
-            Error::Panicked(_) => "panic",
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// How long an agent may be unreachable before the status says so.
-    pub agent_grace: Duration,
-    /// Reconciles running at once.
-    pub concurrency: u16,
-    /// `--agent-url`: one agent for every node.
-    pub agent_url: Option<String>,
-    pub agent_port: u16,
-    /// Shared with the subresource API: one trust state, one pin table.
-    pub agent_client: AgentClient,
-    /// How often the agents' processes are compared with the objects (orphans).
-    pub orphan_sweep: Duration,
-    /// Namespace of the agent pods.
-    pub namespace: String,
-    /// Labels of this release's agent pods: another release's agents (same namespace or not)
-    /// never receive this operator's token.
-    pub agent_selector: String,
-    /// `reportingInstance` of Events.
-    pub instance: String,
-}
-
-pub struct Context {
-    pub client: Client,
-    pub pods: Store<Pod>,
-    pub agents: Arc<Agents>,
-    /// Who publishes the Events. A [`Recorder`] is made per Event: its cache (kept for series of
-    /// repeated identical Events) would hold every Event sent in the last 6 minutes — 10,000
-    /// with 5,000 short processes — and our Events are transitions, which hardly ever repeat.
-    pub reporter: Reporter,
-    pub metrics: Arc<Metrics>,
-    pub settings: Settings,
-    /// What is remembered about each object between reconciles.
-    pub(crate) memo: Memo,
-}
+use crate::pod::target_pod_name;
 
 /// Retry delay after `failures` consecutive failed reconciles: 1 s doubling to 5 min.
 pub fn retry_delay(failures: u32) -> Duration {
     Duration::from_secs(1u64 << failures.saturating_sub(1).min(9)).min(Duration::from_secs(300))
-}
-
-pub(crate) fn now() -> Time {
-    Time(Timestamp::now())
 }
 
 async fn reconcile(obj: Arc<SandboxProcess>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -215,10 +110,14 @@ fn slim(o: &mut SandboxProcess) {
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controller until `shutdown` resolves. `agents` is the registry shared with the
+/// subresource API; `changed` receives the exec ids whose record changed (from the agents'
+/// watches, which run while the controller does).
 pub async fn run(
     client: Client,
     settings: Settings,
+    agents: Arc<Agents>,
+    changed: mpsc::UnboundedReceiver<String>,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
@@ -231,14 +130,6 @@ pub async fn run(
         })
         .reflect(pod_writer)
         .touched_objects();
-    let (tx, rx) = mpsc::unbounded_channel::<String>();
-    let agents = Agents::new(
-        settings.agent_client.clone(),
-        settings.agent_url.clone(),
-        agent_pods(&client, &settings),
-        settings.agent_port,
-        tx,
-    );
     let watches = tokio::spawn(agents.clone().run_watches());
     let (sweeper_agents, sweep_every) = (agents.clone(), settings.orphan_sweep);
     let reporter = Reporter {
@@ -281,7 +172,7 @@ pub async fn run(
                 .map(|o| ObjectRef::from_obj(o.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_on(agent_changes(rx, store))
+        .reconcile_on(agent_changes(changed, store))
         .graceful_shutdown_on(shutdown);
     info!(concurrency, "controller running");
     controller
@@ -302,24 +193,6 @@ pub async fn run(
     Ok(())
 }
 
-/// This release's agent pods, cached (none with a fixed `--agent-url`).
-fn agent_pods(client: &Client, settings: &Settings) -> Option<Store<Pod>> {
-    if settings.agent_url.is_some() {
-        return None;
-    }
-    let (store, writer) = reflector::store::<Pod>();
-    let api = Api::<Pod>::namespaced(client.clone(), &settings.namespace);
-    let stream = watcher(
-        api,
-        watcher::Config::default().labels(&settings.agent_selector),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .for_each(|_| futures::future::ready(()));
-    tokio::spawn(stream);
-    Some(store)
-}
-
 /// Agent record changed → the object whose UID is the exec id.
 fn agent_changes(
     mut rx: mpsc::UnboundedReceiver<String>,
@@ -331,18 +204,6 @@ fn agent_changes(
             .map(|o| ObjectRef::from_obj(o.as_ref()));
         futures::future::ready(found)
     })
-}
-
-/// The pod an object targets: `spec.podName`, or the one its selector chose ("" before that).
-pub(crate) fn target_pod_name(o: &SandboxProcess) -> String {
-    if o.spec.pod_name.is_empty() {
-        o.status
-            .as_ref()
-            .and_then(|s| s.pod_name.clone())
-            .unwrap_or_default()
-    } else {
-        o.spec.pod_name.clone()
-    }
 }
 
 /// Whether a change of pod `p` (named `name`) concerns the object: its target, or, while its
@@ -414,11 +275,7 @@ fn is_uid(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status;
-    use sandbox_api::crd::{Phase, SandboxProcessStatus};
 
-    /// A panic in one object's reconcile becomes that object's error (with its metric label),
-    /// and the next reconcile runs normally.
     #[test]
     fn only_uid_shaped_ids_are_swept() {
         assert!(is_uid("0f8fad5b-d9cb-469f-a165-70867728950e"));
@@ -432,6 +289,8 @@ mod tests {
         }
     }
 
+    /// A panic in one object's reconcile becomes that object's error (with its metric label),
+    /// and the next reconcile runs normally.
     #[tokio::test]
     async fn a_panicking_reconcile_is_an_error_not_a_crash() {
         let e = unpanicked::<()>(async {
@@ -451,32 +310,6 @@ mod tests {
             .unwrap_err();
         assert!(matches!(&e, Error::Panicked(m) if m == "formatted"), "{e}");
         assert_eq!(unpanicked(async { Ok::<_, Error>(7) }).await.unwrap(), 7);
-    }
-
-    /// A TTL of years (an object written before the schema bound, or at the bound: 68 years)
-    /// requeues within the hour, never beyond what the delay queue can hold.
-    #[test]
-    fn ttl_requeues_are_clamped() {
-        let years = status::ttl_remaining(
-            &serde_json::from_value(serde_json::json!({
-                "podName": "p", "command": ["x"], "ttlSecondsAfterFinished": i64::MAX
-            }))
-            .unwrap(),
-            &SandboxProcessStatus {
-                phase: Some(Phase::Exited),
-                finished_at: Some(Time(k8s_openapi::jiff::Timestamp::now())),
-                ..Default::default()
-            },
-            &Time(k8s_openapi::jiff::Timestamp::now()),
-        )
-        .unwrap();
-        assert!(years > Duration::from_secs(86400 * 365 * 1000));
-        assert_eq!(ttl_requeue(years), Action::requeue(MAX_REQUEUE));
-        assert_eq!(ttl_requeue(Duration::MAX), Action::requeue(MAX_REQUEUE));
-        assert_eq!(
-            ttl_requeue(Duration::from_secs(9)),
-            Action::requeue(Duration::from_secs(10))
-        );
     }
 
     #[test]
@@ -515,17 +348,5 @@ mod tests {
         o.metadata.annotations = Some([(LAST_APPLIED.to_string(), "{}".to_string())].into());
         slim(&mut o);
         assert_eq!(o.metadata.annotations, None);
-    }
-
-    #[test]
-    fn errors_have_metric_labels() {
-        let e = Error::Agent(AgentError::Unreachable {
-            url: "u".into(),
-            message: "m".into(),
-        });
-        assert_eq!(e.metric_label(), "agent_unreachable");
-        let wrapped = Error::Finalizer(Box::new(finalizer::Error::ApplyFailed(e)));
-        assert_eq!(wrapped.metric_label(), "agent_unreachable");
-        assert_eq!(Error::Cleanup("x".into()).metric_label(), "cleanup");
     }
 }

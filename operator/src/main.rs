@@ -1,18 +1,20 @@
 //! `sandbox-operator`: the SandboxProcess controller.
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
 use kube::Client;
-use sandbox_operator::agent::{trust, AgentClient};
-use sandbox_operator::controller::{self, Settings};
+use sandbox_operator::agent::{discovery, trust, AgentClient, Agents};
+use sandbox_operator::context::Settings;
+use sandbox_operator::controller;
 use sandbox_operator::lease::{LeaderElector, LeaseConfig};
 use sandbox_operator::metrics::{self, Metrics};
 use sandbox_operator::{certs, subresources};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tracing::{error, info};
 
 #[derive(Parser, Debug)]
@@ -148,108 +150,144 @@ async fn signal() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    // Agents found by their pods are reached over TLS with our CA; a fixed --agent-url is for
-    // host-run tests and plain HTTP.
-    let agent_tls = args.agent_url.is_none();
-    if args.subresources_addr.is_some()
-        && args.certificates == CertMode::SelfSigned
-        && args.serving_dns.is_empty()
-    {
-        anyhow::bail!("--serving-dns: required with --certificates=self (the Service's DNS names)");
-    }
+    check(&args)?;
     init_logging(args.log_json);
     let identity = identity(&args);
     let client = Client::try_default().await?;
     let metrics = Arc::new(Metrics::new());
     serve_metrics(args.metrics_addr, metrics.clone());
-    let agent_client = if agent_tls {
-        let c = AgentClient::tls(args.agent_token_file.clone(), args.namespace.clone());
-        tokio::spawn(trust::keep(
-            client.clone(),
-            trust_of(&args, &identity),
-            c.clone(),
-        ));
-        c
-    } else {
-        AgentClient::plain(args.agent_token_file.clone())?
-    };
+    let (agents, changed) = agent_registry(&args, &client, &identity)?;
     if let Some(addr) = args.subresources_addr {
-        serve_subresources(&args, client.clone(), addr, agent_client.clone());
+        serve_subresources(&args, client.clone(), addr, agents.clone());
     }
-
     // Shutdown: a signal, or losing the lease.
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let elector = args
         .leader_elect
         .then(|| elector(&args, &client, &identity));
-    let lost_lease = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lost_lease = Arc::new(AtomicBool::new(false));
     if let Some(e) = &elector {
         info!(identity = %identity, lease = %args.lease_name, namespace = %args.lease_namespace, "waiting for the leader lease");
         tokio::select! {
             _ = e.acquire() => {}
             _ = signal() => return Ok(()),
         }
-        let (e, tx, lost) = (e.clone(), stop_tx.clone(), lost_lease.clone());
-        tokio::spawn(async move {
-            e.hold().await;
-            lost.store(true, Ordering::SeqCst);
-            let _ = tx.send(true);
-        });
+        hold_lease(e.clone(), stop_tx.clone(), lost_lease.clone());
     }
     metrics.set_leader(true);
     metrics.ready.store(true, Ordering::Relaxed);
-    // The leader alone issues certificates (two replicas would make two CAs), signs the agents'
-    // requests, and publishes the bundle the agents verify our client certificates with.
-    let needs_ca = args.subresources_addr.is_some() || agent_tls;
-    let mut leader_tasks = Vec::new();
-    if needs_ca && args.certificates == CertMode::SelfSigned {
-        leader_tasks.push(tokio::spawn(certs::issue_forever(
-            client.clone(),
-            issuing(&args),
-        )));
-    } else if needs_ca {
-        leader_tasks.push(tokio::spawn(certs::mirror_forever(
-            client.clone(),
-            issuing(&args),
-        )));
-    }
-    if agent_tls {
-        leader_tasks.push(tokio::spawn(certs::signer::sign_forever(
-            client.clone(),
-            signing(&args),
-        )));
-    }
-    {
-        let tx = stop_tx.clone();
-        tokio::spawn(async move {
-            signal().await;
-            let _ = tx.send(true);
-        });
-    }
+    let leader_tasks = leader_tasks(&args, &client);
+    tokio::spawn(async move {
+        signal().await;
+        let _ = stop_tx.send(true);
+    });
     let shutdown = async move {
         let _ = stop_rx.wait_for(|s| *s).await;
     };
-    controller::run(
-        client,
-        settings(&args, identity, agent_client),
-        metrics.clone(),
-        shutdown,
-    )
-    .await?;
+    let settings = settings(&args, identity);
+    controller::run(client, settings, agents, changed, metrics.clone(), shutdown).await?;
     for t in leader_tasks {
         t.abort();
     }
+    step_down(&metrics, elector.as_deref(), &lost_lease).await;
+    Ok(())
+}
+
+/// Flags that only make sense together.
+fn check(args: &Args) -> anyhow::Result<()> {
+    if args.subresources_addr.is_some()
+        && args.certificates == CertMode::SelfSigned
+        && args.serving_dns.is_empty()
+    {
+        anyhow::bail!("--serving-dns: required with --certificates=self (the Service's DNS names)");
+    }
+    Ok(())
+}
+
+/// The agent registry the controller and the subresource API share, and the exec ids whose
+/// record changed (the controller's trigger). Agents found by their pods are reached over TLS
+/// with our CA, kept by `trust::keep`; a fixed `--agent-url` is for host-run tests and plain
+/// HTTP.
+fn agent_registry(
+    args: &Args,
+    client: &Client,
+    identity: &str,
+) -> anyhow::Result<(Arc<Agents>, mpsc::UnboundedReceiver<String>)> {
+    let agent_client = if args.agent_url.is_none() {
+        let c = AgentClient::tls(args.agent_token_file.clone(), args.namespace.clone());
+        tokio::spawn(trust::keep(
+            client.clone(),
+            trust_of(args, identity),
+            c.clone(),
+        ));
+        c
+    } else {
+        AgentClient::plain(args.agent_token_file.clone())?
+    };
+    let pods = args
+        .agent_url
+        .is_none()
+        .then(|| discovery::watch_agent_pods(client, &args.namespace, &args.agent_selector));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let agents = Agents::new(
+        agent_client,
+        args.agent_url.clone(),
+        pods,
+        args.agent_port,
+        tx,
+    );
+    Ok((agents, rx))
+}
+
+/// Renews the lease while this replica leads; on losing it, says so and asks to stop.
+fn hold_lease(elector: Arc<LeaderElector>, stop: watch::Sender<bool>, lost: Arc<AtomicBool>) {
+    tokio::spawn(async move {
+        elector.hold().await;
+        lost.store(true, Ordering::SeqCst);
+        let _ = stop.send(true);
+    });
+}
+
+/// What the leader alone runs: it issues certificates (two replicas would make two CAs), signs
+/// the agents' requests, and publishes the bundle the agents verify our client certificates
+/// with.
+fn leader_tasks(args: &Args, client: &Client) -> Vec<JoinHandle<()>> {
+    let agent_tls = args.agent_url.is_none();
+    let needs_ca = args.subresources_addr.is_some() || agent_tls;
+    let mut tasks = Vec::new();
+    if needs_ca && args.certificates == CertMode::SelfSigned {
+        tasks.push(tokio::spawn(certs::issue_forever(
+            client.clone(),
+            issuing(args),
+        )));
+    } else if needs_ca {
+        tasks.push(tokio::spawn(certs::mirror_forever(
+            client.clone(),
+            issuing(args),
+        )));
+    }
+    if agent_tls {
+        tasks.push(tokio::spawn(certs::signer::sign_forever(
+            client.clone(),
+            signing(args),
+        )));
+    }
+    tasks
+}
+
+/// After the controller stopped: not ready any more; a lost lease exits at once (another
+/// replica leads already), else the lease is handed back for the next one.
+async fn step_down(metrics: &Metrics, elector: Option<&LeaderElector>, lost_lease: &AtomicBool) {
     metrics.set_leader(false);
     metrics.ready.store(false, Ordering::Relaxed);
     if lost_lease.load(Ordering::SeqCst) {
         error!("lost the leader lease; exiting");
         std::process::exit(1);
     }
-    if let Some(e) = &elector {
+    if let Some(e) = elector {
         e.release().await;
     }
     info!("stopped");
-    Ok(())
 }
 
 fn init_logging(json: bool) {
@@ -274,24 +312,15 @@ fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) {
 }
 
 /// Every replica serves the subresource API, leader or not: it only reads.
-fn serve_subresources(args: &Args, client: Client, addr: SocketAddr, agents: AgentClient) {
+fn serve_subresources(args: &Args, client: Client, addr: SocketAddr, agents: Arc<Agents>) {
     let (namespace, secret) = (args.namespace.clone(), args.serving_secret.clone());
-    let (agent_port, agent_url, agent_selector) = (
-        args.agent_port,
-        args.agent_url.clone(),
-        args.agent_selector.clone(),
-    );
     tokio::spawn(async move {
         let (tls, request_headers) =
-            certs::reload::serving(client.clone(), namespace.clone(), secret).await;
+            certs::reload::serving(client.clone(), namespace, secret).await;
         let server = subresources::Server {
             client,
             agents,
             request_headers,
-            namespace,
-            agent_port,
-            agent_url,
-            agent_selector,
         };
         if let Err(e) = subresources::run(server, addr, tls).await {
             error!(error = %e, %addr, "subresource API stopped");
@@ -331,7 +360,7 @@ fn issuing(args: &Args) -> certs::Issuing {
             args.serving_dns.clone()
         },
         agent_bundle: args.agent_bundle_configmap.clone(),
-        validity: certs::authority::Validity {
+        validity: sandbox_operator::pki::authority::Validity {
             ca: args.ca_validity,
             leaf: args.leaf_validity,
         },
@@ -361,15 +390,10 @@ fn trust_of(args: &Args, identity: &str) -> trust::Trust {
     }
 }
 
-fn settings(args: &Args, identity: String, agent_client: AgentClient) -> Settings {
+fn settings(args: &Args, identity: String) -> Settings {
     Settings {
         agent_grace: Duration::from_secs(args.agent_grace_seconds),
         concurrency: args.concurrency.max(1),
-        agent_url: args.agent_url.clone(),
-        agent_port: args.agent_port,
-        agent_client,
-        namespace: args.namespace.clone(),
-        agent_selector: args.agent_selector.clone(),
         instance: identity,
         orphan_sweep: Duration::from_secs(args.orphan_sweep_seconds),
     }

@@ -2,6 +2,7 @@
 //! `kubectl.kubernetes.io/default-container` annotation when it names one of the pod's
 //! containers, else the first container, as kubectl does), whether it runs, and where.
 use k8s_openapi::api::core::v1::Pod;
+use sandbox_api::crd::SandboxProcess;
 
 use crate::status::{ContainerFacts, PodFacts, PodPhase};
 
@@ -95,6 +96,18 @@ pub fn can_start(p: &PodFacts) -> bool {
         && !p.terminating
         && p.node_name.is_some()
         && matches!(p.container, ContainerFacts::Found { running: true, .. })
+}
+
+/// The pod an object targets: `spec.podName`, or the one its selector chose ("" before that).
+pub(crate) fn target_pod_name(o: &SandboxProcess) -> String {
+    if o.spec.pod_name.is_empty() {
+        o.status
+            .as_ref()
+            .and_then(|s| s.pod_name.clone())
+            .unwrap_or_default()
+    } else {
+        o.spec.pod_name.clone()
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use kube::{Api, Resource, ResourceExt};
 use sandbox_api::crd::{self, SandboxProcess, SandboxProcessStatus};
 use tracing::{debug, info, warn};
 
-use crate::controller::{Context, Error, FIELD_MANAGER};
+use crate::context::{Context, FIELD_MANAGER};
+use crate::error::Error;
 use crate::status;
 
 /// How long one status write may take before the reconcile gives up and retries with backoff.

@@ -161,7 +161,7 @@ impl AgentClient {
             None if ip.contains(':') => format!("http://[{ip}]:{port}"),
             None => format!("http://{ip}:{port}"),
             Some(ns) => {
-                let name = crate::certs::signer::agent_dns(node, ns);
+                let name = crate::pki::agent_dns(node, ns);
                 if let Ok(ip) = ip.parse() {
                     self.inner.pins.0.lock().unwrap().insert(name.clone(), ip);
                 }

@@ -1,9 +1,15 @@
-//! Where each node's agent is: the one place that decides which agent pod serves a node (the
-//! controller's cache here, the subresource API's list in `subresources`), by one rule.
+//! Where each node's agent is: the one place that decides which agent pod serves a node, by one
+//! rule, from one watch of this release's agent pods that the controller and the subresource API
+//! share.
 use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client};
 
 use super::{now, Agents};
 
@@ -66,15 +72,37 @@ pub fn agent_ip_for_node<'a>(
     agent_ips(on_node).remove(node)
 }
 
+/// This release's agent pods (in `namespace`, labelled `selector`), cached by a watch that runs
+/// as long as the operator does.
+pub fn watch_agent_pods(client: &Client, namespace: &str, selector: &str) -> Store<Pod> {
+    let (store, writer) = reflector::store::<Pod>();
+    let api = Api::<Pod>::namespaced(client.clone(), namespace);
+    let stream = watcher(api, watcher::Config::default().labels(selector))
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| futures::future::ready(()));
+    tokio::spawn(stream);
+    store
+}
+
 impl Agents {
-    /// The agent serving `node`, if one is known.
-    pub fn url_for_node(&self, node: &str) -> Option<String> {
+    /// The agent serving `node`, if one is known (no bookkeeping: see [`Self::url_for_node`]).
+    pub fn agent_url(&self, node: &str) -> Option<String> {
         if let Some(u) = &self.fixed_url {
             return Some(u.clone());
         }
         let pods = self.pods.as_ref()?.state();
-        let found = agent_ip_for_node(pods.iter().map(|p| p.as_ref()), node)
-            .map(|ip| self.client.url_for(node, &ip, self.port));
+        agent_ip_for_node(pods.iter().map(|p| p.as_ref()), node)
+            .map(|ip| self.client.url_for(node, &ip, self.port))
+    }
+
+    /// The agent serving `node`, if one is known; a node without one is remembered from then on
+    /// ([`Self::missing_since`], the controller's grace period).
+    pub fn url_for_node(&self, node: &str) -> Option<String> {
+        let found = self.agent_url(node);
+        if self.fixed_url.is_some() || self.pods.is_none() {
+            return found;
+        }
         let mut missing = self.missing.lock().unwrap();
         if found.is_some() {
             missing.remove(node);
@@ -106,6 +134,20 @@ impl Agents {
         match &self.pods {
             Some(pods) if self.fixed_url.is_none() => {
                 pods.wait_until_ready().now_or_never().is_some()
+            }
+            _ => true,
+        }
+    }
+
+    /// Waits up to `wait` for the agent pods' first list; whether it came (always, with a fixed
+    /// URL).
+    pub async fn listed_within(&self, wait: Duration) -> bool {
+        match &self.pods {
+            Some(pods) if self.fixed_url.is_none() => {
+                matches!(
+                    tokio::time::timeout(wait, pods.wait_until_ready()).await,
+                    Ok(Ok(()))
+                )
             }
             _ => true,
         }

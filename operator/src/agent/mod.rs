@@ -1,6 +1,7 @@
 //! Talking to the node agents: the HTTP client ([`client`]), where each node's agent is
 //! ([`discovery`]), and one `/v1/watch` stream per agent whose changes trigger reconciles
-//! ([`watch`]; no per-object polling).
+//! ([`watch`]; no per-object polling). [`Agents`] is the operator's one registry of them, shared
+//! by the controller and the subresource API.
 pub mod client;
 pub mod discovery;
 pub mod trust;
@@ -20,7 +21,8 @@ pub use discovery::AGENT_SELECTOR;
 use watch::AgentState;
 pub use watch::{Anywhere, Cached};
 
-/// Where each node's agent is, each agent's reachability, and the watch caches.
+/// Where each node's agent is (one watch of the agent pods, on every replica), each agent's
+/// reachability, and the watch caches (filled while this replica leads).
 pub struct Agents {
     pub client: AgentClient,
     /// `--agent-url`: one agent for every node (host-run tests, single node).
@@ -67,6 +69,7 @@ mod tests {
     use sandbox_api::wire::Phase;
     use sandbox_api::wire::{ProcessRecord, WatchEvent};
     use std::collections::HashSet;
+    use std::time::Duration;
 
     fn agents(pods: Vec<Pod>) -> (Arc<Agents>, mpsc::UnboundedReceiver<String>) {
         let mut w: Writer<Pod> = Writer::default();
@@ -203,12 +206,34 @@ mod tests {
         );
     }
 
+    /// The lookup the subresource API makes keeps no books: only the controller's lookups
+    /// start a node's grace period.
+    #[tokio::test]
+    async fn agent_url_is_a_pure_lookup() {
+        let (a, _rx) = agents(vec![agent_pod("a1", "n1", "Running", Some("10.0.0.5"))]);
+        assert_eq!(a.agent_url("n1").as_deref(), Some("http://10.0.0.5:9443"));
+        assert_eq!(a.agent_url("n2"), None);
+        assert!(a.missing.lock().unwrap().is_empty());
+        assert_eq!(a.url_for_node("n2"), None);
+        assert!(a.missing.lock().unwrap().contains_key("n2"));
+        assert!(a.listed_within(Duration::from_millis(10)).await);
+        // Not listed yet (the watch's first list not in): not listed, after the wait.
+        let w: Writer<Pod> = Writer::default();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let client = AgentClient::plain("/nonexistent".into()).unwrap();
+        let a = Agents::new(client, None, Some(w.as_reader()), 9443, tx);
+        assert!(!a.listed_within(Duration::from_millis(10)).await);
+        assert_eq!(a.agent_url("n1"), None);
+    }
+
     #[tokio::test]
     async fn fixed_url_serves_every_node() {
         let (tx, _rx) = mpsc::unbounded_channel();
         let client = AgentClient::plain("/nonexistent".into()).unwrap();
         let a = Agents::new(client, Some("http://127.0.0.1:1/".into()), None, 9443, tx);
         assert_eq!(a.url_for_node("any").as_deref(), Some("http://127.0.0.1:1"));
+        assert_eq!(a.agent_url("any").as_deref(), Some("http://127.0.0.1:1"));
+        assert!(a.listed_within(Duration::ZERO).await);
     }
 
     #[tokio::test]

@@ -12,8 +12,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tracing::{info, warn};
 
 use super::AgentClient;
-use crate::certs::authority::{self, KeyCert};
-use crate::certs::{key_cert, split_pem, text};
+use crate::pki::authority::{self, KeyCert};
+use crate::pki::{key_cert, split_pem, text};
 
 /// How often the two Secrets are read.
 const POLL: Duration = Duration::from_secs(5);

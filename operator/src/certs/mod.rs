@@ -9,7 +9,6 @@
 //!
 //! Every replica reloads the serving Secret and the API server's request-header CA while it
 //! runs ([`reload`]): new connections get the new certificate, open ones keep theirs.
-pub mod authority;
 pub mod reload;
 pub mod signer;
 
@@ -23,7 +22,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
-use authority::{KeyCert, Stored, Validity};
+use crate::pki::authority::{self, Stored, Validity};
+use crate::pki::{key_cert, split_pem, text};
 
 const FIELD_MANAGER: &str = "sandbox-operator-certs";
 /// On the CA Secret: when the current CA entered the bundle (unix seconds).
@@ -249,41 +249,4 @@ fn secret<const N: usize>(
         "type": "kubernetes.io/tls",
         "data": data,
     })
-}
-
-pub(crate) fn text(s: &Secret, key: &str) -> Option<String> {
-    let b = s.data.as_ref()?.get(key)?;
-    String::from_utf8(b.0.clone()).ok()
-}
-
-pub(crate) fn key_cert(s: &Secret, cert: &str, key: &str) -> Option<KeyCert> {
-    Some(KeyCert {
-        cert: text(s, cert)?,
-        key: text(s, key)?,
-    })
-}
-
-/// The certificates of a PEM bundle, each with its END line.
-pub(crate) fn split_pem(bundle: &str) -> Vec<String> {
-    const END: &str = "-----END CERTIFICATE-----";
-    bundle
-        .split_inclusive(END)
-        .map(|c| c.trim_start().to_string())
-        .filter(|c| c.ends_with(END))
-        .map(|c| c + "\n")
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bundles_split_into_certificates() {
-        let a = "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n";
-        let b = "-----BEGIN CERTIFICATE-----\nBBB\n-----END CERTIFICATE-----\n";
-        assert_eq!(split_pem(&format!("{a}{b}")), [a, b]);
-        assert_eq!(split_pem(""), Vec::<String>::new());
-        assert_eq!(split_pem(&format!("{a}\n\n{b}junk")), [a, b]);
-    }
 }

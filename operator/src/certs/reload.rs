@@ -85,7 +85,7 @@ async fn read(secrets: &Api<Secret>, name: &str, cms: &Api<ConfigMap>) -> anyhow
         .await?
         .ok_or_else(|| anyhow::anyhow!("Secret {name} does not exist (yet)"))?;
     let field = |k: &str| {
-        super::text(&s, k).ok_or_else(|| anyhow::anyhow!("Secret {name} has no {k} (yet)"))
+        crate::pki::text(&s, k).ok_or_else(|| anyhow::anyhow!("Secret {name} has no {k} (yet)"))
     };
     let (cert, key) = (field("tls.crt")?, field("tls.key")?);
     let cm = cms.get(frontproxy::CONFIGMAP_NAME).await?;

@@ -22,7 +22,8 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use tracing::{info, warn};
 
-use super::authority::{self, KeyCert};
+use crate::pki::authority::{self, KeyCert};
+use crate::pki::{agent_dns, key_cert, split_pem, text};
 
 /// The signer name agents ask for (one for every release: the requester's identity tells them
 /// apart).
@@ -46,11 +47,6 @@ pub struct Signing {
     /// The Secret holding the CA (`tls.crt`, `tls.key`), in both certificate modes.
     pub ca_secret: String,
     pub validity: Duration,
-}
-
-/// The DNS name an agent's certificate carries for its node.
-pub fn agent_dns(node: &str, namespace: &str) -> String {
-    format!("{node}.agent.{namespace}.svc")
 }
 
 /// What a pending request claims, as the API server recorded it (not as the requester says).
@@ -280,15 +276,15 @@ async fn read_ca(client: &Client, s: &Signing) -> anyhow::Result<(KeyCert, Optio
         .get_opt(&s.ca_secret)
         .await?
         .ok_or_else(|| anyhow::anyhow!("CA Secret {} does not exist (yet)", s.ca_secret))?;
-    let ca = super::key_cert(&sec, "tls.crt", "tls.key")
+    let ca = key_cert(&sec, "tls.crt", "tls.key")
         .ok_or_else(|| anyhow::anyhow!("CA Secret {} has no tls.crt/tls.key (yet)", s.ca_secret))?;
     let published = sec
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(super::PUBLISHED_AT)?.parse().ok());
-    let cas = super::text(&sec, "ca-bundle.crt")
-        .map(|b| super::split_pem(&b).len())
+    let cas = text(&sec, "ca-bundle.crt")
+        .map(|b| split_pem(&b).len())
         .unwrap_or(0);
     Ok((ca, published.filter(|_| cas > 1)))
 }

@@ -129,7 +129,7 @@ async fn connection(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::certs::authority;
+    use crate::pki::authority;
     use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair};
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};

@@ -1,0 +1,45 @@
+//! API discovery: what `kubectl api-resources` and the aggregator read (`/apis`, the group, its
+//! resource list).
+use axum::Json;
+use serde_json::json;
+
+pub const API_GROUP: &str = "subresources.sandbox.dev";
+pub const API_VERSION: &str = "v1alpha1";
+
+fn group_json() -> serde_json::Value {
+    let gv = format!("{API_GROUP}/{API_VERSION}");
+    json!({
+        "name": API_GROUP,
+        "versions": [{"groupVersion": gv, "version": API_VERSION}],
+        "preferredVersion": {"groupVersion": gv, "version": API_VERSION},
+    })
+}
+
+pub async fn group_list() -> Json<serde_json::Value> {
+    Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_json()]}))
+}
+
+pub async fn group() -> Json<serde_json::Value> {
+    let mut g = group_json();
+    g["kind"] = "APIGroup".into();
+    g["apiVersion"] = "v1".into();
+    Json(g)
+}
+
+pub async fn resource_list() -> Json<serde_json::Value> {
+    Json(json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": format!("{API_GROUP}/{API_VERSION}"),
+        "resources": [
+            {"name": "sandboxprocesses/log", "singularName": "", "namespaced": true,
+             "kind": "SandboxProcessLog", "verbs": ["get"]},
+            {"name": "sandboxprocesses/signal", "singularName": "", "namespaced": true,
+             "kind": "SandboxProcessSignal", "verbs": ["create"]},
+            {"name": "sandboxprocesses/stdin", "singularName": "", "namespaced": true,
+             "kind": "SandboxProcessStdin", "verbs": ["create", "get"]},
+            {"name": "sandboxprocesses/probe", "singularName": "", "namespaced": true,
+             "kind": "SandboxProcessProbe", "verbs": ["create"]},
+        ],
+    }))
+}

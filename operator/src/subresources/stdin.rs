@@ -1,0 +1,142 @@
+//! `POST …/stdin`: a write to the process's stdin, exactly once by offset; `GET …/stdin`: where
+//! the next write starts (the module `subresources` describes the protocol).
+use std::sync::Arc;
+
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::{Extension, Json};
+use sandbox_api::wire::{StdinState, MAX_STDIN_WRITE};
+use serde::Deserialize;
+
+use super::authorization::{authorized_process, caller, Needs};
+use super::error::{agent_error, Result, SubresourceError};
+use super::server::Server;
+use super::tls::Peer;
+
+/// Where stdin is: reading the object.
+const READ_NEEDS: Needs = Needs {
+    verb: "get",
+    exec: None,
+};
+
+/// A write needs the rights of a signal.
+const WRITE_NEEDS: Needs = Needs {
+    verb: "update",
+    exec: Some("writing the stdin of"),
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StdinParams {
+    offset: Option<String>,
+    close: Option<String>,
+}
+
+impl StdinParams {
+    fn parse(self) -> Result<(u64, bool)> {
+        let offset = self.offset.as_deref().ok_or_else(|| {
+            SubresourceError::BadRequest(
+                "offset: required (the bytes of stdin already sent; GET this subresource for it)"
+                    .into(),
+            )
+        })?;
+        let offset = offset.parse::<u64>().map_err(|_| {
+            SubresourceError::BadRequest(format!("offset: {offset:?} is not a byte offset"))
+        })?;
+        let close = match self.close.as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(v) => {
+                return Err(SubresourceError::BadRequest(format!(
+                    "close: {v:?} is not true or false"
+                )))
+            }
+        };
+        Ok((offset, close))
+    }
+}
+
+/// A write to the process's stdin (exactly once by offset; see the doc of `subresources`). The same
+/// rights as a signal: `update` on the object and `create pods/exec` on its pod.
+pub async fn stdin(
+    State(server): State<Arc<Server>>,
+    Extension(peer): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+    params: std::result::Result<Query<StdinParams>, QueryRejection>,
+    headers: HeaderMap,
+    body: std::result::Result<axum::body::Bytes, BytesRejection>,
+) -> Result<Json<StdinState>> {
+    let user = caller(&server, &peer, &headers)?;
+    let Query(p) = params.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
+    let body = body.map_err(|e| {
+        SubresourceError::BadRequest(format!(
+            "body: {} (at most {MAX_STDIN_WRITE} bytes per write; send more as further writes)",
+            e.body_text()
+        ))
+    })?;
+    let (offset, close) = p.parse()?;
+    let at = authorized_process(&server, &user, &namespace, &name, WRITE_NEEDS).await?;
+    let state = server
+        .agents
+        .client
+        .stdin(&at.agent, &at.exec_id, offset, body, close)
+        .await
+        .map_err(|e| agent_error(e, &name))?;
+    Ok(Json(state))
+}
+
+/// Where stdin is: the offset the next write starts at, and whether it is closed.
+pub async fn stdin_state(
+    State(server): State<Arc<Server>>,
+    Extension(peer): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<StdinState>> {
+    let user = caller(&server, &peer, &headers)?;
+    let at = authorized_process(&server, &user, &namespace, &name, READ_NEEDS).await?;
+    let rec = server
+        .agents
+        .client
+        .get(&at.agent, &at.exec_id)
+        .await
+        .map_err(|e| agent_error(e, &name))?
+        .ok_or_else(|| {
+            SubresourceError::NotFound(format!(
+                "the agent holds no process for sandboxprocess \"{name}\""
+            ))
+        })?;
+    rec.stdin.map(Json).ok_or_else(|| {
+        SubresourceError::Conflict(format!(
+            "StdinUnavailable: sandboxprocess \"{name}\" was created without spec.stdin"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stdin_parameters() {
+        let p = |o: Option<&str>, c: Option<&str>| {
+            StdinParams {
+                offset: o.map(String::from),
+                close: c.map(String::from),
+            }
+            .parse()
+        };
+        assert_eq!(p(Some("0"), None).unwrap(), (0, false));
+        assert_eq!(p(Some("42"), Some("true")).unwrap(), (42, true));
+        for bad in [
+            p(None, None),
+            p(Some("-1"), None),
+            p(Some("1"), Some("yes")),
+        ] {
+            assert!(
+                matches!(bad, Err(SubresourceError::BadRequest(_))),
+                "{bad:?}"
+            );
+        }
+    }
+}
