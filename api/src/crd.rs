@@ -514,7 +514,9 @@ pub struct LogMatchProbe {
     pub stream: LogStream,
 }
 
+mod state;
 mod status;
+pub use state::{Exit, NoExit};
 pub use status::*;
 
 #[cfg(test)]

@@ -3,6 +3,7 @@ pub mod apply;
 pub mod convert;
 #[cfg(feature = "crd")]
 pub mod crd;
+pub mod cursor;
 pub mod names;
 #[cfg(feature = "crd")]
 pub mod quantity;
