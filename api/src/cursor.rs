@@ -13,6 +13,14 @@ pub struct Cursor {
 }
 
 impl Cursor {
+    /// Just after an event, at the agent's own cursor.
+    pub fn of_agent(agent: String) -> Cursor {
+        Cursor {
+            agent: Some(agent),
+            skip: 0,
+        }
+    }
+
     /// `Err` says why `s` is no cursor. A `+` not followed by ASCII digits is part of the
     /// agent's cursor (left to the server to judge).
     pub fn parse(s: &str) -> Result<Cursor, String> {

@@ -336,9 +336,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_door_names_the_field_and_code() {
-        let cases: Vec<(StartRequest, &str, ErrorCode)> = vec![
+    fn ready_on(probe: ProbeKind, period_millis: u64) -> StartRequest {
+        StartRequest {
+            readiness: Some(wire::Readiness {
+                probe,
+                period_millis,
+                timeout_seconds: None,
+            }),
+            ..req(&["x"])
+        }
+    }
+
+    /// Requests each breaking one rule, with the field and code the door names.
+    fn door_cases() -> Vec<(StartRequest, &'static str, ErrorCode)> {
+        vec![
             (req(&[]), "command", ErrorCode::ProcessSpawnFailed),
             (req(&[""]), "command[0]", ErrorCode::ProcessSpawnFailed),
             (
@@ -398,29 +409,18 @@ mod tests {
                 ErrorCode::ProcessSpawnFailed,
             ),
             (
-                StartRequest {
-                    readiness: Some(wire::Readiness {
-                        probe: ProbeKind::LogMatch {
-                            pattern: "(".into(),
-                            stream: wire::LogStream::Both,
-                        },
-                        period_millis: 500,
-                        timeout_seconds: None,
-                    }),
-                    ..req(&["x"])
-                },
+                ready_on(
+                    ProbeKind::LogMatch {
+                        pattern: "(".into(),
+                        stream: wire::LogStream::Both,
+                    },
+                    500,
+                ),
                 "readiness.logMatch.pattern",
                 ErrorCode::ProcessSpawnFailed,
             ),
             (
-                StartRequest {
-                    readiness: Some(wire::Readiness {
-                        probe: ProbeKind::TcpSocket { port: 80 },
-                        period_millis: 1,
-                        timeout_seconds: None,
-                    }),
-                    ..req(&["x"])
-                },
+                ready_on(ProbeKind::TcpSocket { port: 80 }, 1),
                 "readiness.periodMillis",
                 ErrorCode::ProcessSpawnFailed,
             ),
@@ -435,8 +435,12 @@ mod tests {
                 "resources.limits.cpu",
                 ErrorCode::InvalidResourceLimits,
             ),
-        ];
-        for (r, field, code) in cases {
+        ]
+    }
+
+    #[test]
+    fn the_door_names_the_field_and_code() {
+        for (r, field, code) in door_cases() {
             let v = start(r.clone()).expect_err(field);
             assert_eq!((v.field.as_str(), v.code), (field, code), "{r:?}: {v}");
             assert!(v.to_string().starts_with(&format!("spec.{field}: ")));

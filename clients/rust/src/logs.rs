@@ -247,72 +247,12 @@ impl Reader {
                 data,
                 ts_nanos,
                 cursor,
-            } => {
-                let mut bytes = base64::engine::general_purpose::STANDARD
-                    .decode(&data)
-                    .map_err(|e| Error::Transport(format!("bad data in the log stream: {e}")))?;
-                // Just before the first byte handed out (the skip included).
-                let start = self.pos.clone();
-                let skip = usize::try_from(self.pos.skip).unwrap_or(usize::MAX);
-                if skip > 0 {
-                    if skip > bytes.len() {
-                        return Err(Error::invalid(
-                            "after",
-                            format!("{} points past its event", self.pos.render()),
-                        ));
-                    }
-                    bytes.drain(..skip);
-                }
-                let next = Cursor {
-                    agent: Some(cursor.clone()),
-                    skip: 0,
-                };
-                let wanted = self.stream == LogStream::Both || self.stream == stream;
-                if !wanted || bytes.is_empty() {
-                    self.pos = next;
-                    return Ok(None);
-                }
-                let mut cursor = cursor;
-                if let Some(b) = self.budget {
-                    if (bytes.len() as u64) >= b {
-                        let cut = b as usize;
-                        let after = start.plus(cut as u64);
-                        if cut < bytes.len() {
-                            bytes.truncate(cut);
-                            cursor = after.render();
-                            self.pos = after;
-                        } else {
-                            self.pos = next;
-                        }
-                        self.budget = Some(0);
-                        self.done_after_limit();
-                        return Ok(Some(Read::Data {
-                            stream,
-                            data: bytes,
-                            time_nanos: ts_nanos,
-                            start,
-                            cursor,
-                        }));
-                    }
-                    self.budget = Some(b - bytes.len() as u64);
-                }
-                self.pos = next;
-                Ok(Some(Read::Data {
-                    stream,
-                    data: bytes,
-                    time_nanos: ts_nanos,
-                    start,
-                    cursor,
-                }))
-            }
+            } => self.take_data(stream, &data, ts_nanos, cursor),
             wire::LogEvent::Truncated {
                 dropped_bytes,
                 cursor,
             } => {
-                self.pos = Cursor {
-                    agent: Some(cursor.clone()),
-                    skip: 0,
-                };
+                self.pos = Cursor::of_agent(cursor.clone());
                 Ok(Some(Read::Truncated {
                     dropped_bytes,
                     cursor,
@@ -320,18 +260,12 @@ impl Reader {
             }
             wire::LogEvent::More { cursor } => {
                 // A byte limit of this connection: read on at once from its cursor.
-                self.pos = Cursor {
-                    agent: Some(cursor),
-                    skip: 0,
-                };
+                self.pos = Cursor::of_agent(cursor);
                 self.lines = None;
                 Ok(None)
             }
             wire::LogEvent::End { cursor, record } => {
-                self.pos = Cursor {
-                    agent: Some(cursor),
-                    skip: 0,
-                };
+                self.pos = Cursor::of_agent(cursor);
                 self.lines = None;
                 self.done = true;
                 Ok(Some(Read::End {
@@ -340,6 +274,62 @@ impl Reader {
                 }))
             }
         }
+    }
+
+    /// A data event: the skip of a cursor inside it dropped, the other stream's filtered out,
+    /// and the byte limit applied (a cut event's cursor points inside it).
+    fn take_data(
+        &mut self,
+        stream: LogStream,
+        data: &str,
+        time_nanos: u64,
+        cursor: String,
+    ) -> Result<Option<Read>> {
+        let mut bytes = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| Error::Transport(format!("bad data in the log stream: {e}")))?;
+        // Just before the first byte handed out (the skip included).
+        let start = self.pos.clone();
+        let skip = usize::try_from(self.pos.skip).unwrap_or(usize::MAX);
+        if skip > 0 {
+            if skip > bytes.len() {
+                return Err(Error::invalid(
+                    "after",
+                    format!("{} points past its event", self.pos.render()),
+                ));
+            }
+            bytes.drain(..skip);
+        }
+        let next = Cursor::of_agent(cursor.clone());
+        let wanted = self.stream == LogStream::Both || self.stream == stream;
+        if !wanted || bytes.is_empty() {
+            self.pos = next;
+            return Ok(None);
+        }
+        let mut cursor = cursor;
+        self.pos = next;
+        if let Some(b) = self.budget {
+            if (bytes.len() as u64) >= b {
+                let cut = b as usize;
+                if cut < bytes.len() {
+                    let after = start.plus(cut as u64);
+                    bytes.truncate(cut);
+                    cursor = after.render();
+                    self.pos = after;
+                }
+                self.budget = Some(0);
+                self.done_after_limit();
+            } else {
+                self.budget = Some(b - bytes.len() as u64);
+            }
+        }
+        Ok(Some(Read::Data {
+            stream,
+            data: bytes,
+            time_nanos,
+            start,
+            cursor,
+        }))
     }
 
     /// After the byte limit: one more `End` (without a record), then nothing.
