@@ -8,8 +8,8 @@ use crate::crd::{
     EndReason, ErrorCode, LogMatchStatus, OutputStatus, SandboxProcessSpec, StdinStatus,
     UsageStatus,
 };
-use crate::validate::{self, Violation};
 use crate::wire;
+use crate::wire_rules::{self, Violation};
 
 /// Where the process goes: the values the spec leaves open.
 #[derive(Clone, Copy, Debug)]
@@ -78,16 +78,16 @@ pub fn start_request(
 fn probe(r: &crate::crd::ReadinessSpec) -> Result<wire::ProbeKind, Violation> {
     Ok(match (&r.tcp_socket, &r.http_get, &r.log_match) {
         (Some(t), None, None) => wire::ProbeKind::TcpSocket {
-            port: validate::port("readiness.tcpSocket.port", t.port.into())?,
+            port: wire_rules::port("readiness.tcpSocket.port", t.port.into())?,
         },
         (None, Some(h), None) => {
             let code = |v: i32| {
                 u16::try_from(v).map_err(|_| {
-                    Violation::new("readiness.httpGet.status", validate::STATUS_RANGE_MESSAGE)
+                    Violation::new("readiness.httpGet.status", wire_rules::STATUS_RANGE_MESSAGE)
                 })
             };
             wire::ProbeKind::HttpGet {
-                port: validate::port("readiness.httpGet.port", h.port.into())?,
+                port: wire_rules::port("readiness.httpGet.port", h.port.into())?,
                 path: h.path.clone(),
                 status: wire::StatusRange {
                     min: code(h.status.min)?,

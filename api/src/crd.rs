@@ -3,11 +3,12 @@
 //!
 //! The OpenAPI schema (bounds, patterns, defaults and CEL `x-kubernetes-validations`, including
 //! the immutability rules) holds what the API server must enforce at apply; every rule, those
-//! included, is in [`crate::validate`] once, for the operator and the agent's door.
-use crate::validate::{names, Violation};
+//! included, is in `validate` once, for the operator and the agent's door.
+use crate::names;
 /// Leaf types the object shares with the wire: one definition, so they cannot drift.
 pub use crate::wire::{ExitStatus, LogStream};
 use crate::wire::{MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MIN_CPU_MILLIS, MIN_MEMORY_BYTES};
+use crate::wire_rules::Violation;
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -22,8 +23,8 @@ pub const API_VERSION: &str = "sandbox.dev/v1alpha1";
 /// `kind` of [`SandboxProcess`].
 pub const KIND: &str = "SandboxProcess";
 
-pub use crate::validate::{MAX_ARGS, MAX_ARG_LEN, MAX_ENV, MAX_PATH_LEN};
 pub use crate::wire::MAX_SECONDS;
+pub use crate::wire_rules::{MAX_ARGS, MAX_ARG_LEN, MAX_ENV, MAX_PATH_LEN};
 
 /// A process to run inside a container of a pod in the same namespace, as `kubectl exec` would.
 /// Everything except `stop` and `ttlSecondsAfterFinished` is immutable after creation.
@@ -513,7 +514,9 @@ pub struct LogMatchProbe {
     pub stream: LogStream,
 }
 
+mod state;
 mod status;
+pub use state::{Exit, NoExit};
 pub use status::*;
 
 #[cfg(test)]

@@ -3,9 +3,14 @@ pub mod apply;
 pub mod convert;
 #[cfg(feature = "crd")]
 pub mod crd;
+pub mod cursor;
+pub mod names;
 #[cfg(feature = "crd")]
 pub mod quantity;
+#[cfg(feature = "crd")]
+pub mod spec_rules;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod validate;
 pub mod wire;
+pub mod wire_rules;

@@ -17,57 +17,66 @@ fn bad(template: &str, why: &str) -> CliError {
     CliError::Usage(format!("-o jsonpath={template}: {why}"))
 }
 
-fn parse(template: &str) -> Result<Vec<Node>, CliError> {
-    let mut stack: Vec<(Option<String>, Vec<Node>)> = vec![(None, Vec::new())];
-    let mut rest = template;
-    while !rest.is_empty() {
-        let Some(open) = rest.find('{') else {
-            stack
-                .last_mut()
-                .expect("root")
-                .1
-                .push(Node::Text(rest.into()));
-            break;
-        };
-        if open > 0 {
-            stack
-                .last_mut()
-                .expect("root")
-                .1
-                .push(Node::Text(rest[..open].into()));
-        }
-        let close = rest[open..]
-            .find('}')
-            .ok_or_else(|| bad(template, "unclosed {"))?
-            + open;
-        let inner = rest[open + 1..close].trim();
-        rest = &rest[close + 1..];
+/// Open `{range}` blocks, innermost last, each with the nodes read into it so far; the first
+/// is the template itself.
+struct Blocks(Vec<(Option<String>, Vec<Node>)>);
+
+impl Blocks {
+    fn push(&mut self, n: Node) {
+        self.0.last_mut().expect("root").1.push(n);
+    }
+
+    /// One `{...}`: a range opened or closed, a string literal, or an expression.
+    fn directive(&mut self, template: &str, inner: &str) -> Result<(), CliError> {
         if let Some(expr) = inner.strip_prefix("range ") {
-            stack.push((Some(expr.trim().into()), Vec::new()));
+            self.0.push((Some(expr.trim().into()), Vec::new()));
         } else if inner == "end" {
-            let (expr, body) = stack.pop().expect("root");
-            let expr = expr.ok_or_else(|| bad(template, "{end} without {range}"))?;
-            stack
+            let unopened = || bad(template, "{end} without {range}");
+            let (expr, body) = self.0.pop().expect("root");
+            let expr = expr.ok_or_else(unopened)?;
+            self.0
                 .last_mut()
-                .ok_or_else(|| bad(template, "{end} without {range}"))?
+                .ok_or_else(unopened)?
                 .1
                 .push(Node::Range(expr, body));
         } else if inner.starts_with('"') {
             let s: String = serde_json::from_str(inner)
                 .map_err(|e| bad(template, &format!("string literal {inner}: {e}")))?;
-            stack.last_mut().expect("root").1.push(Node::Text(s));
+            self.push(Node::Text(s));
         } else {
-            stack
-                .last_mut()
-                .expect("root")
-                .1
-                .push(Node::Expr(inner.into()));
+            self.push(Node::Expr(inner.into()));
         }
+        Ok(())
     }
-    if stack.len() != 1 {
+}
+
+/// The delimiters of a directive (named: a brace in a literal would confuse brace-counting
+/// readers of this file).
+const OPEN: char = '{';
+const CLOSE: char = '}';
+
+fn parse(template: &str) -> Result<Vec<Node>, CliError> {
+    let mut blocks = Blocks(vec![(None, Vec::new())]);
+    let mut rest = template;
+    while !rest.is_empty() {
+        let Some(open) = rest.find(OPEN) else {
+            blocks.push(Node::Text(rest.into()));
+            break;
+        };
+        if open > 0 {
+            blocks.push(Node::Text(rest[..open].into()));
+        }
+        let close = rest[open..]
+            .find(CLOSE)
+            .ok_or_else(|| bad(template, &format!("unclosed {OPEN}")))?
+            + open;
+        blocks.directive(template, rest[open + 1..close].trim())?;
+        rest = &rest[close + 1..];
+    }
+    if blocks.0.len() != 1 {
         return Err(bad(template, "{range} without {end}"));
     }
-    Ok(stack.pop().expect("root").1)
+    Ok(blocks.0.pop().expect("root").1)
 }
 
 fn query<'a>(template: &str, v: &'a Value, expr: &str) -> Result<Vec<&'a Value>, CliError> {

@@ -254,88 +254,14 @@ fn main() -> ExitCode {
 
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     if let Command::Completion(a) = &cli.command {
-        let mut cmd = Cli::command();
-        // Into a buffer: clap_complete panics when its writer fails (a reader that closed the
-        // pipe early, `| head`); a closed pipe is simply the end here.
-        let mut script = Vec::new();
-        clap_complete::generate(a.shell, &mut cmd, "kubectl-sandbox", &mut script);
-        use std::io::Write;
-        return match std::io::stdout().write_all(&script) {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-            _ => Ok(0),
-        };
+        return completion(a);
     }
     let (client, namespace) = cli.kube.connect().await?;
     let sb = Sandbox::new(client, namespace).with_field_manager("kubectl-sandbox");
     match cli.command {
-        Command::Run(a) => {
-            let dry_run = a.dry_run == "client";
-            let wait = a.wait || a.stdin || a.rm;
-            if wait && (a.output.is_some() || dry_run) {
-                return Err(CliError::Usage(
-                    "-o and --dry-run cannot be combined with --wait, --rm or -i".into(),
-                ));
-            }
-            let mut start = Start::new(a.pod, a.argv).stdin(a.stdin);
-            if let Some(n) = a.name {
-                start = start.id(n);
-            }
-            if let Some(c) = a.container {
-                start = start.container(c);
-            }
-            if let Some(d) = a.workdir {
-                start = start.cwd(d);
-            }
-            if let Some(t) = a.timeout {
-                start = start.timeout(t);
-            }
-            if let Some(t) = a.ttl {
-                start = start.ttl(t);
-            }
-            for kv in &a.env {
-                let (k, v) = objects::parse_pair(kv, "--env")?;
-                start = start.env(k, v);
-            }
-            for kv in &a.labels {
-                let (k, v) = objects::parse_pair(kv, "--label")?;
-                start = start.label(k, v);
-            }
-            let run = objects::Run {
-                start,
-                wait,
-                stdin: a.stdin,
-                rm: a.rm,
-                output: a.output,
-                dry_run,
-            };
-            objects::run(&sb, run).await
-        }
+        Command::Run(a) => objects::run(&sb, run_of(a)?).await,
         Command::Logs(a) => {
-            let stream = match a.stream.as_str() {
-                "stdout" => LogStream::Stdout,
-                "stderr" => LogStream::Stderr,
-                _ => LogStream::Both,
-            };
-            if a.tail < -1 {
-                return Err(CliError::Usage(format!(
-                    "--tail: {} is not -1 or more",
-                    a.tail
-                )));
-            }
-            if a.limit_bytes == Some(0) {
-                return Err(CliError::Usage("--limit-bytes: must be at least 1".into()));
-            }
-            let opts = logs::Options {
-                follow: a.follow,
-                after: a.after,
-                since: a.since,
-                tail: usize::try_from(a.tail).ok(),
-                limit_bytes: a.limit_bytes,
-                stream,
-                timestamps: a.timestamps,
-                json: a.output.is_some(),
-                split: false,
-            };
+            let opts = logs_options(&a)?;
             logs::print(&sb.process(&a.name), &opts)
                 .await
                 .map(|_| 0)
@@ -373,4 +299,90 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Attach(a) => objects::attach(&sb, &a.name).await,
         Command::Completion(_) => unreachable!("handled above"),
     }
+}
+
+/// The shell completion script, on stdout.
+fn completion(a: &CompletionArgs) -> Result<u8, CliError> {
+    let mut cmd = Cli::command();
+    // Into a buffer: clap_complete panics when its writer fails (a reader that closed the
+    // pipe early, `| head`); a closed pipe is simply the end here.
+    let mut script = Vec::new();
+    clap_complete::generate(a.shell, &mut cmd, "kubectl-sandbox", &mut script);
+    use std::io::Write;
+    match std::io::stdout().write_all(&script) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(0),
+    }
+}
+
+/// `run`'s flags as the start it makes and how to follow it.
+fn run_of(a: RunArgs) -> Result<objects::Run, CliError> {
+    let dry_run = a.dry_run == "client";
+    let wait = a.wait || a.stdin || a.rm;
+    if wait && (a.output.is_some() || dry_run) {
+        return Err(CliError::Usage(
+            "-o and --dry-run cannot be combined with --wait, --rm or -i".into(),
+        ));
+    }
+    let mut start = Start::new(a.pod, a.argv).stdin(a.stdin);
+    if let Some(n) = a.name {
+        start = start.id(n);
+    }
+    if let Some(c) = a.container {
+        start = start.container(c);
+    }
+    if let Some(d) = a.workdir {
+        start = start.cwd(d);
+    }
+    if let Some(t) = a.timeout {
+        start = start.timeout(t);
+    }
+    if let Some(t) = a.ttl {
+        start = start.ttl(t);
+    }
+    for kv in &a.env {
+        let (k, v) = objects::parse_pair(kv, "--env")?;
+        start = start.env(k, v);
+    }
+    for kv in &a.labels {
+        let (k, v) = objects::parse_pair(kv, "--label")?;
+        start = start.label(k, v);
+    }
+    Ok(objects::Run {
+        start,
+        wait,
+        stdin: a.stdin,
+        rm: a.rm,
+        output: a.output,
+        dry_run,
+    })
+}
+
+/// `logs`'s flags as the read they ask for.
+fn logs_options(a: &LogsArgs) -> Result<logs::Options, CliError> {
+    let stream = match a.stream.as_str() {
+        "stdout" => LogStream::Stdout,
+        "stderr" => LogStream::Stderr,
+        _ => LogStream::Both,
+    };
+    if a.tail < -1 {
+        return Err(CliError::Usage(format!(
+            "--tail: {} is not -1 or more",
+            a.tail
+        )));
+    }
+    if a.limit_bytes == Some(0) {
+        return Err(CliError::Usage("--limit-bytes: must be at least 1".into()));
+    }
+    Ok(logs::Options {
+        follow: a.follow,
+        after: a.after.clone(),
+        since: a.since,
+        tail: usize::try_from(a.tail).ok(),
+        limit_bytes: a.limit_bytes,
+        stream,
+        timestamps: a.timestamps,
+        json: a.output.is_some(),
+        split: false,
+    })
 }

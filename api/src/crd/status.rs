@@ -264,25 +264,4 @@ impl SandboxProcessStatus {
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
     }
-
-    /// Whether the process has reached an end the controller never leaves: exited, or an error
-    /// that cannot heal. `AgentUnavailable`, and `ProcessLost` seen only as an unreachable agent
-    /// (no end reason), recover when the agent answers again. The one rule of the operator and
-    /// both clients (the Python client's copy is checked by `clients/conformance/`).
-    pub fn is_final(&self) -> bool {
-        match self.phase {
-            Some(Phase::Exited) => true,
-            Some(Phase::Error) => match self.error.as_ref().map(|e| e.code) {
-                Some(ErrorCode::AgentUnavailable) => false,
-                Some(ErrorCode::ProcessLost) => self.end_reason.is_some(),
-                _ => true,
-            },
-            _ => false,
-        }
-    }
-
-    /// Whether the process was started (the agent has or had it): `podUID` is set then.
-    pub fn is_started(&self) -> bool {
-        self.pod_uid.is_some()
-    }
 }

@@ -2,16 +2,9 @@
 import pytest
 
 from sandbox_client import EndedWithoutExit, InvalidArgument, ProcessFailed, exit_of, is_ready
-from sandbox_client._client import _Lines, _manifest, _parse_cursor, _render_cursor
-
-
-def test_cursors_round_trip():
-    for c in ["c1f.10.abcdef012345", "c1f.10.abcdef012345+7", "+3"]:
-        assert _render_cursor(*_parse_cursor(c)) == c
-    assert _parse_cursor("+3") == (None, 3)
-    assert _render_cursor(*_parse_cursor("c1.2.x+0")) == "c1.2.x"
-    with pytest.raises(InvalidArgument):
-        _parse_cursor("")
+from sandbox_client._cursor import _parse_cursor, _render_cursor
+from sandbox_client._logs import _Lines
+from sandbox_client._start import _manifest
 
 
 def test_lines_split_at_newlines_only():
@@ -120,7 +113,8 @@ def test_a_silent_log_connection_is_read_again_from_the_cursor():
     from kubernetes import client as k8s
 
     from sandbox_client import Sandbox
-    from sandbox_client._client import Process, _Reader
+    from sandbox_client._logs import _Reader
+    from sandbox_client._process import Process
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -196,6 +190,53 @@ def test_conformance_start():
             assert part in said, (case["name"], said, part)
 
 
+def test_conformance_status():
+    """Process state from the status: the cases the Rust library's unit tests run too
+    (clients/conformance/status.json; AgentUnavailable is not final, so wait() goes on)."""
+    from sandbox_client import SandboxError, is_final, is_started, never_started
+    cases = _conformance("status.json")["cases"]
+    assert len(cases) >= 20, "the table lost its cases"
+    for case in cases:
+        name, want = case["name"], case["expect"]
+        o = {"metadata": {"name": "p"}, "spec": {"podName": "w", "command": ["x"], **case.get("spec", {})}}
+        if case.get("status") is not None:
+            o["status"] = case["status"]
+        assert is_final(o) == want["final"], name
+        assert is_started(o) == want["started"], name
+        assert is_ready(o) == want["ready"], name
+        never = never_started(o)
+        assert (never.code if never else None) == want["neverStarted"], name
+        exit = want["exit"]
+        if exit is not None and "error" not in exit:
+            e = exit_of(o)
+            got = {"code": e.code, "signal": e.signal, "timedOut": e.timed_out, "endReason": e.end_reason}
+            assert got == exit, name
+            continue
+        with pytest.raises(SandboxError) as err:
+            exit_of(o)
+        if exit is None:  # no outcome yet: neither a process code nor an end
+            assert type(err.value) is SandboxError, name
+        else:
+            assert err.value.code == exit["error"], name
+
+
+def test_conformance_cursor():
+    """The cursor forms the Rust library's unit tests run too (clients/conformance/cursor.json)."""
+    doc = _conformance("cursor.json")
+    assert len(doc["parse"]) >= 8 and len(doc["plus"]) >= 2, "the table lost its cases"
+    for case in doc["parse"]:
+        c = case["cursor"]
+        if case.get("error"):
+            with pytest.raises(InvalidArgument):
+                _parse_cursor(c)
+            continue
+        assert _parse_cursor(c) == (case["agent"], case["skip"]), c
+        assert _render_cursor(*_parse_cursor(c)) == case["render"], c
+    for case in doc["plus"]:
+        agent, skip = _parse_cursor(case["cursor"])
+        assert _render_cursor(agent, skip + case["plus"]) == case["render"], case
+
+
 def test_not_started_is_a_timeout_named_by_its_reason():
     from sandbox_client import NotStarted, WaitTimeout
     e = NotStarted("sandboxprocess p has not started after 2s: phase Pending, PodNotFound: x",
@@ -205,19 +246,19 @@ def test_not_started_is_a_timeout_named_by_its_reason():
 
 
 def test_a_stdin_stall_is_told_once_and_the_write_goes_on(monkeypatch):
-    from sandbox_client import _client
-    from sandbox_client._client import Process
+    from sandbox_client import _stdin
+    from sandbox_client._process import Process
 
     class FakeSandbox:  # only the namespace; _write is replaced below
         namespace = "ns"
 
     p = Process(FakeSandbox(), "p")  # type: ignore[arg-type]
     clock = [0.0]
-    monkeypatch.setattr(_client.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(_client.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(_stdin.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(_stdin.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     taken = iter([0] * 40 + [3])  # nothing for a while, then all of it
     monkeypatch.setattr(p, "_write", lambda off, data, close: {"bytes": next(taken), "closed": False})
     told = []
-    p.on_stdin_stall = lambda pending, waited: told.append((pending, waited >= _client.STDIN_STALL))
+    p.on_stdin_stall = lambda pending, waited: told.append((pending, waited >= _stdin.STDIN_STALL))
     assert p._send(0, b"abc", False) == 3
     assert told == [(3, True)], told

@@ -39,6 +39,8 @@
 //! assert_eq!(err.process_code(), Some(ErrorCode::InvalidProcessCwd));
 //! # }
 //! ```
+#[cfg(test)]
+mod conformance;
 mod error;
 mod logs;
 mod port;
@@ -46,6 +48,7 @@ mod process;
 pub mod signal;
 mod start;
 mod started;
+mod state;
 mod stdin;
 
 use std::time::Duration;
@@ -57,14 +60,14 @@ use sandbox_api::crd::SandboxProcess;
 pub use error::{Error, Result};
 pub use logs::{LogEvent, LogOptions, LogStream};
 pub use port::PortCheck;
-pub use process::{
-    already_ended, exit_of, is_final, is_ready, is_started, never_started, ready_outcome, Exit,
-    Killed, LogMatch, Output, Process, START_TIMEOUT,
-};
+pub use process::{Killed, LogMatch, Output, Process, START_TIMEOUT};
 pub use sandbox_api::crd::{EndReason, ErrorCode, Phase, SandboxProcess as Object};
 pub use sandbox_api::wire::{ProcessRecord, StdinState};
 pub use start::Start;
 pub use started::{describe, start_state, StartState};
+pub use state::{
+    already_ended, exit_of, is_final, is_ready, is_started, never_started, ready_outcome, Exit,
+};
 pub use stdin::StdinStall;
 
 /// The field manager of our server-side applies.

@@ -3,9 +3,8 @@
 //!
 //! Cursors are opaque. Most are the agent's (just after an event); one that points inside an
 //! event (after a [`crate::Process::wait_for_log`] match that was followed by more bytes in the
-//! same read, or a [`LogOptions::limit_bytes`] cut) is the event's start cursor and a byte count,
-//! `<cursor>+<n>`: the library reads from the start cursor and drops those `n` bytes, so a read
-//! after any cursor it returned neither repeats nor skips a byte.
+//! same read, or a [`LogOptions::limit_bytes`] cut) is `<cursor>+<n>`, whose rules are
+//! `sandbox_api::cursor`'s: the library reads from the start cursor and drops those `n` bytes.
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use kube::Client;
 use sandbox_api::wire::{self, ProcessRecord};
 
 use crate::error::{Error, Result};
+use sandbox_api::cursor::Cursor;
 
 /// Path of the subresource API's group version.
 pub const PATH_PREFIX: &str = "/apis/subresources.sandbox.dev/v1alpha1";
@@ -58,51 +58,6 @@ pub enum LogEvent {
         cursor: String,
         record: Option<Box<ProcessRecord>>,
     },
-}
-
-/// A position: the agent's cursor (`None`: the beginning) and bytes to drop after it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Cursor {
-    pub agent: Option<String>,
-    pub skip: u64,
-}
-
-impl Cursor {
-    pub fn parse(s: &str) -> Result<Cursor> {
-        if let Some((agent, n)) = s.rsplit_once('+') {
-            if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) {
-                let skip = n
-                    .parse()
-                    .map_err(|_| Error::invalid("after", format!("{s:?} is not a cursor")))?;
-                return Ok(Cursor {
-                    agent: (!agent.is_empty()).then(|| agent.to_string()),
-                    skip,
-                });
-            }
-        }
-        if s.is_empty() {
-            return Err(Error::invalid("after", "empty cursor"));
-        }
-        Ok(Cursor {
-            agent: Some(s.to_string()),
-            skip: 0,
-        })
-    }
-
-    pub fn render(&self) -> String {
-        match (&self.agent, self.skip) {
-            (Some(a), 0) => a.clone(),
-            (a, n) => format!("{}+{n}", a.as_deref().unwrap_or("")),
-        }
-    }
-
-    /// `n` bytes further into the event that starts here.
-    pub fn plus(&self, n: u64) -> Cursor {
-        Cursor {
-            agent: self.agent.clone(),
-            skip: self.skip + n,
-        }
-    }
 }
 
 /// An event as the reader sees it, with the position before it (for cursors inside it).
@@ -152,7 +107,7 @@ pub(crate) struct Reader {
 impl Reader {
     pub fn new(client: Client, namespace: &str, name: &str, o: &LogOptions) -> Result<Reader> {
         let pos = match &o.after {
-            Some(c) => Cursor::parse(c)?,
+            Some(c) => Cursor::parse(c).map_err(|m| Error::invalid("after", m))?,
             None => Cursor::default(),
         };
         if o.limit_bytes == Some(0) {
@@ -292,72 +247,12 @@ impl Reader {
                 data,
                 ts_nanos,
                 cursor,
-            } => {
-                let mut bytes = base64::engine::general_purpose::STANDARD
-                    .decode(&data)
-                    .map_err(|e| Error::Transport(format!("bad data in the log stream: {e}")))?;
-                // Just before the first byte handed out (the skip included).
-                let start = self.pos.clone();
-                let skip = usize::try_from(self.pos.skip).unwrap_or(usize::MAX);
-                if skip > 0 {
-                    if skip > bytes.len() {
-                        return Err(Error::invalid(
-                            "after",
-                            format!("{} points past its event", self.pos.render()),
-                        ));
-                    }
-                    bytes.drain(..skip);
-                }
-                let next = Cursor {
-                    agent: Some(cursor.clone()),
-                    skip: 0,
-                };
-                let wanted = self.stream == LogStream::Both || self.stream == stream;
-                if !wanted || bytes.is_empty() {
-                    self.pos = next;
-                    return Ok(None);
-                }
-                let mut cursor = cursor;
-                if let Some(b) = self.budget {
-                    if (bytes.len() as u64) >= b {
-                        let cut = b as usize;
-                        let after = start.plus(cut as u64);
-                        if cut < bytes.len() {
-                            bytes.truncate(cut);
-                            cursor = after.render();
-                            self.pos = after;
-                        } else {
-                            self.pos = next;
-                        }
-                        self.budget = Some(0);
-                        self.done_after_limit();
-                        return Ok(Some(Read::Data {
-                            stream,
-                            data: bytes,
-                            time_nanos: ts_nanos,
-                            start,
-                            cursor,
-                        }));
-                    }
-                    self.budget = Some(b - bytes.len() as u64);
-                }
-                self.pos = next;
-                Ok(Some(Read::Data {
-                    stream,
-                    data: bytes,
-                    time_nanos: ts_nanos,
-                    start,
-                    cursor,
-                }))
-            }
+            } => self.take_data(stream, &data, ts_nanos, cursor),
             wire::LogEvent::Truncated {
                 dropped_bytes,
                 cursor,
             } => {
-                self.pos = Cursor {
-                    agent: Some(cursor.clone()),
-                    skip: 0,
-                };
+                self.pos = Cursor::of_agent(cursor.clone());
                 Ok(Some(Read::Truncated {
                     dropped_bytes,
                     cursor,
@@ -365,18 +260,12 @@ impl Reader {
             }
             wire::LogEvent::More { cursor } => {
                 // A byte limit of this connection: read on at once from its cursor.
-                self.pos = Cursor {
-                    agent: Some(cursor),
-                    skip: 0,
-                };
+                self.pos = Cursor::of_agent(cursor);
                 self.lines = None;
                 Ok(None)
             }
             wire::LogEvent::End { cursor, record } => {
-                self.pos = Cursor {
-                    agent: Some(cursor),
-                    skip: 0,
-                };
+                self.pos = Cursor::of_agent(cursor);
                 self.lines = None;
                 self.done = true;
                 Ok(Some(Read::End {
@@ -385,6 +274,62 @@ impl Reader {
                 }))
             }
         }
+    }
+
+    /// A data event: the skip of a cursor inside it dropped, the other stream's filtered out,
+    /// and the byte limit applied (a cut event's cursor points inside it).
+    fn take_data(
+        &mut self,
+        stream: LogStream,
+        data: &str,
+        time_nanos: u64,
+        cursor: String,
+    ) -> Result<Option<Read>> {
+        let mut bytes = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| Error::Transport(format!("bad data in the log stream: {e}")))?;
+        // Just before the first byte handed out (the skip included).
+        let start = self.pos.clone();
+        let skip = usize::try_from(self.pos.skip).unwrap_or(usize::MAX);
+        if skip > 0 {
+            if skip > bytes.len() {
+                return Err(Error::invalid(
+                    "after",
+                    format!("{} points past its event", self.pos.render()),
+                ));
+            }
+            bytes.drain(..skip);
+        }
+        let next = Cursor::of_agent(cursor.clone());
+        let wanted = self.stream == LogStream::Both || self.stream == stream;
+        if !wanted || bytes.is_empty() {
+            self.pos = next;
+            return Ok(None);
+        }
+        let mut cursor = cursor;
+        self.pos = next;
+        if let Some(b) = self.budget {
+            if (bytes.len() as u64) >= b {
+                let cut = b as usize;
+                if cut < bytes.len() {
+                    let after = start.plus(cut as u64);
+                    bytes.truncate(cut);
+                    cursor = after.render();
+                    self.pos = after;
+                }
+                self.budget = Some(0);
+                self.done_after_limit();
+            } else {
+                self.budget = Some(b - bytes.len() as u64);
+            }
+        }
+        Ok(Some(Read::Data {
+            stream,
+            data: bytes,
+            time_nanos,
+            start,
+            cursor,
+        }))
     }
 
     /// After the byte limit: one more `End` (without a record), then nothing.
@@ -631,25 +576,6 @@ mod tests {
     }
 
     #[test]
-    fn cursors_round_trip() {
-        for s in ["c1f.10.abcdef012345", "c1f.10.abcdef012345+7", "+3"] {
-            assert_eq!(Cursor::parse(s).unwrap().render(), s);
-        }
-        assert_eq!(Cursor::parse("+3").unwrap().agent, None);
-        assert_eq!(
-            Cursor::parse("c1.2.x+0").unwrap().render(),
-            "c1.2.x",
-            "no skip"
-        );
-        assert!(Cursor::parse("").is_err());
-        // Not a skip: left to the server to refuse.
-        assert_eq!(
-            Cursor::parse("abc+").unwrap().agent.as_deref(),
-            Some("abc+")
-        );
-    }
-
-    #[test]
     fn lines_split_at_newlines_only() {
         let mut l = Lines2::default();
         let mut seen = vec![];
@@ -674,5 +600,49 @@ mod tests {
         l.feed(LogStream::Stdout, b"ab", |_| false);
         assert_eq!(l.feed(LogStream::Stderr, b"cd\n", |x| x == b"cd"), Some(3));
         assert!(l.finish(|s, x| s == LogStream::Stdout && x == b"ab"));
+    }
+
+    /// clients/conformance/cursor.json: the same cursor forms the Python client's tests run.
+    const CURSORS: &str = include_str!("../../conformance/cursor.json");
+
+    #[tokio::test]
+    async fn conformance_cursor() {
+        let doc: serde_json::Value = serde_json::from_str(CURSORS).expect("cursor.json is JSON");
+        for case in crate::conformance::cases(&doc, "parse", 8) {
+            let s = case["cursor"].as_str().expect("cursor");
+            let got = Cursor::parse(s);
+            if case["error"].as_bool() == Some(true) {
+                assert!(got.is_err(), "{s:?}: {got:?}");
+                continue;
+            }
+            let c = got.unwrap_or_else(|e| panic!("{s:?}: {e}"));
+            assert_eq!(c.agent.as_deref(), case["agent"].as_str(), "{s:?}: agent");
+            assert_eq!(Some(c.skip), case["skip"].as_u64(), "{s:?}: skip");
+            assert_eq!(Some(c.render().as_str()), case["render"].as_str(), "{s:?}");
+        }
+        for case in crate::conformance::cases(&doc, "plus", 2) {
+            let c = Cursor::parse(case["cursor"].as_str().unwrap()).unwrap();
+            let n = case["plus"].as_u64().expect("plus");
+            assert_eq!(
+                Some(c.plus(n).render().as_str()),
+                case["render"].as_str(),
+                "{case}"
+            );
+        }
+        // The reader refuses a cursor that is none, naming the option.
+        let bad = LogOptions {
+            after: Some(String::new()),
+            ..Default::default()
+        };
+        let e = Reader::new(
+            Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap(),
+            "n",
+            "p",
+            &bad,
+        );
+        assert_eq!(
+            e.err().map(|e| e.code().to_string()).as_deref(),
+            Some("InvalidArgument")
+        );
     }
 }

@@ -11,7 +11,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::{Error, Result};
-use crate::process::{is_final, Process};
+use crate::process::Process;
+use crate::state::{exit_of, is_final};
 
 /// How [`Process::wait_for_port`] checks the port.
 #[derive(Clone, Debug)]
@@ -87,7 +88,7 @@ impl Process {
                 tokio::select! {
                     o = &mut ended => {
                         let o = o?;
-                        return Err(match crate::process::exit_of(&o) {
+                        return Err(match exit_of(&o) {
                             Err(e @ Error::Process { .. }) => e,
                             Ok(exit) => Error::ExitedBeforeReady {
                                 name: self.name.clone(),
@@ -110,7 +111,7 @@ impl Process {
                 tokio::select! {
                     o = &mut ended => {
                         let o = o?;
-                        return Err(match crate::process::exit_of(&o) {
+                        return Err(match exit_of(&o) {
                             Err(e @ Error::Process { .. }) => e,
                             _ => Error::ExitedBeforeReady {
                                 name: self.name.clone(),

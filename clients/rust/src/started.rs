@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use sandbox_api::crd::{condition, SandboxProcess, SandboxProcessStatus};
 
 use crate::error::{Error, Result};
-use crate::process::{exit_of, Process};
+use crate::process::Process;
+use crate::state::exit_of;
 
 /// How long a read of the object may take when a timeout is being explained.
 const EXPLAIN_READ: Duration = Duration::from_secs(10);
@@ -181,30 +182,12 @@ mod tests {
     /// clients/conformance/start.json: the same cases the Python client's tests run.
     const CASES: &str = include_str!("../../conformance/start.json");
 
-    fn object(case: &Value) -> SandboxProcess {
-        let mut o = serde_json::json!({
-            "apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
-            "metadata": {"name": "p"}, "spec": {"podName": "w", "command": ["x"]},
-        });
-        if let Some(s) = case.get("spec") {
-            for (k, v) in s.as_object().expect("spec is an object") {
-                o["spec"][k] = v.clone();
-            }
-        }
-        if let Some(s) = case.get("status").filter(|s| !s.is_null()) {
-            o["status"] = s.clone();
-        }
-        serde_json::from_value(o).expect("a SandboxProcess")
-    }
-
     #[test]
     fn conformance_cases() {
         let doc: Value = serde_json::from_str(CASES).expect("start.json is JSON");
-        let cases = doc["cases"].as_array().expect("cases");
-        assert!(cases.len() >= 10, "the table lost its cases");
-        for case in cases {
+        for case in crate::conformance::cases(&doc, "cases", 10) {
             let name = case["name"].as_str().expect("name");
-            let o = object(case);
+            let o = crate::conformance::object(case);
             let want = &case["expect"];
             assert_eq!(
                 crate::is_final(&o),

@@ -10,22 +10,13 @@ Kubernetes object: it outlives this program, and any client reattaches by id
 >>> p.wait().code                                          # doctest: +SKIP
 3
 """
-from ._client import (
-    Exit,
-    Killed,
-    LogEvent,
-    LogMatch,
-    Output,
-    Process,
-    Sandbox,
-    describe,
-    exit_of,
-    is_final,
-    is_ready,
-    is_started,
-    never_started,
-    start_state,
-)
+from ._control import Killed
+from ._logs import LogEvent
+from ._output import LogMatch, Output
+from ._process import Process
+from ._sandbox import Sandbox
+from ._started import describe, start_state
+from ._state import Exit, exit_of, is_final, is_ready, is_started, never_started
 from .errors import (
     ApiError,
     EndedWithoutExit,

@@ -4,7 +4,10 @@ or was lost (``ContainerNotFound``, ``InvalidProcessCwd``, ``StaleProcessHandle`
 the same codes as the Rust library (``sandbox-client``)."""
 from __future__ import annotations
 
+import json
 from typing import Optional
+
+from kubernetes.client.exceptions import ApiException
 
 
 class SandboxError(Exception):
@@ -95,3 +98,21 @@ class EndedWithoutExit(SandboxError):
 
 class StreamBroken(SandboxError):
     code = "StreamBroken"
+
+
+# --- from the API's answers (the Rust crate's `From<kube::Error>`) ---------------------------------
+
+
+def _status_error(status: int, reason: Optional[str], body: bytes) -> ApiError:
+    try:
+        s = json.loads(body)
+        return ApiError(status, s.get("reason") or reason or "", s.get("message") or "")
+    except (ValueError, AttributeError):
+        return ApiError(status, reason or "", body.decode("utf-8", "replace")[:300])
+
+
+def _api_error(e: ApiException) -> ApiError:
+    body = e.body if isinstance(e.body, (bytes, str)) else b""
+    if isinstance(body, str):
+        body = body.encode()
+    return _status_error(e.status or 0, e.reason, body or b"")

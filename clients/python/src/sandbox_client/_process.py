@@ -1,0 +1,13 @@
+"""Process: one process's handle, its calls grouped by job as in the Rust crate's ``process``
+folder (waits in :mod:`._handle`, output, port, signals, stdin)."""
+from __future__ import annotations
+
+from ._control import _Control
+from ._output import _Output
+from ._port import _Port
+from ._stdin import _Stdin
+
+
+class Process(_Output, _Port, _Control, _Stdin):
+    """The handle of one SandboxProcess. Holds no connection: dropping it does nothing to the
+    process, and ``Sandbox.get(name)`` reattaches from anywhere."""

@@ -1,0 +1,144 @@
+"""Sandbox: the SandboxProcesses of one namespace (the Rust crate's ``Sandbox``, in its lib.rs)."""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from ._apply import apply
+from ._consts import FIELD_MANAGER, GROUP, PLURAL, VERSION
+from ._process import Process
+from ._start import _generated_name, _manifest
+from .errors import ApiError, IdInUse, _api_error, _status_error
+
+
+class Sandbox:
+    """SandboxProcesses of one namespace. Without ``api_client``: the kubeconfig
+    (``$KUBECONFIG``, ``~/.kube/config``; its context's namespace), else in-cluster."""
+
+    def __init__(
+        self,
+        namespace: Optional[str] = None,
+        api_client: Optional[k8s.ApiClient] = None,
+        field_manager: str = FIELD_MANAGER,
+    ) -> None:
+        if api_client is None:
+            try:
+                k8s_config.load_kube_config()
+                if namespace is None:
+                    _, ctx = k8s_config.list_kube_config_contexts()
+                    namespace = (ctx.get("context") or {}).get("namespace")
+            except k8s_config.ConfigException:
+                k8s_config.load_incluster_config()
+                if namespace is None:
+                    try:
+                        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+                            namespace = f.read().strip()
+                    except OSError:
+                        pass
+            api_client = k8s.ApiClient()
+        self.api_client = api_client
+        self.namespace = namespace or "default"
+        self.field_manager = field_manager
+        self._objects = k8s.CustomObjectsApi(api_client)
+
+    def start(
+        self,
+        pod: str,
+        argv: Sequence[str],
+        *,
+        id: Optional[str] = None,
+        container: Optional[str] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+        stdin: bool = False,
+        readiness: Optional[Mapping[str, Any]] = None,
+        ttl: Optional[float] = None,
+        stop_signal: Optional[int] = None,
+        grace_period: Optional[float] = None,
+        labels: Optional[Mapping[str, str]] = None,
+    ) -> "Process":
+        """Starts ``argv`` (no shell) in ``pod`` by server-side apply of a SandboxProcess named
+        ``id`` (default ``<pod>-<random>``, chosen once per call); returns its handle at once.
+        The same ``id`` and arguments again: the same process, never a second one. The same
+        ``id`` with other arguments: :class:`IdInUse`. Times are seconds (rounded up)."""
+        name = id if id is not None else _generated_name(pod)
+        manifest = _manifest(
+            self.namespace, name, pod, argv, container, cwd, env, timeout, stdin, readiness,
+            ttl, stop_signal, grace_period, labels,
+        )
+        failures = 0
+        while True:
+            try:
+                # Serialized here: argv and env may hold characters YAML refuses raw.
+                apply(self._objects.api_client, GROUP, VERSION, self.namespace, PLURAL, name,
+                      manifest, self.field_manager)
+                return self.process(name)
+            except ApiException as e:
+                err = _api_error(e)
+                # A retry is safe: the name was fixed before the first attempt.
+                if err.transient and failures < 5:
+                    failures += 1
+                    time.sleep(0.2 * failures)
+                    continue
+                if err.status == 409 or (err.status == 422 and "immutable" in str(err)):
+                    raise IdInUse(
+                        f"sandboxprocess {name} already exists with a different spec: {err}"
+                    ) from None
+                raise err from None
+
+    def process(self, id: str) -> "Process":
+        """A handle by name (id), without a request."""
+        return Process(self, id)
+
+    def get(self, id: str) -> Optional["Process"]:
+        """Reattaches to a process by id; ``None`` if there is no such object."""
+        try:
+            self._objects.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, id)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise _api_error(e) from None
+        return self.process(id)
+
+    def list(self, selector: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The namespace's SandboxProcess objects (their status says how each is)."""
+        try:
+            got = cast(Dict[str, Any], self._objects.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, label_selector=selector
+            ))
+        except ApiException as e:
+            raise _api_error(e) from None
+        return list(got.get("items") or [])
+
+    # raw requests to the subresource API
+
+    def _raw(
+        self,
+        method: str,
+        path: str,
+        query: Optional[List[Tuple[str, str]]] = None,
+        body: Any = None,
+        content_type: Optional[str] = None,
+        timeout: Union[None, float, Tuple[float, float]] = None,
+    ) -> Any:
+        headers = {"Accept": "application/json, */*"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        params = self.api_client.param_serialize(
+            method, path, query_params=query or [], header_params=headers, body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            resp = self.api_client.call_api(*params, _request_timeout=timeout)
+        except ApiException as e:
+            raise _api_error(e) from None
+        except Exception as e:  # urllib3 connection errors
+            raise ApiError(0, "Transport", str(e)) from None
+        if not 200 <= resp.status < 300:
+            raise _status_error(resp.status, resp.reason, resp.read())
+        return resp

@@ -1,0 +1,57 @@
+"""The SandboxProcess a start applies (the Rust crate's ``start``)."""
+from __future__ import annotations
+
+import math
+import secrets
+from typing import Any, Dict
+
+from ._consts import GROUP, VERSION
+from .errors import InvalidArgument
+
+
+def _generated_name(pod: str) -> str:
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    suffix = "".join(secrets.choice(alphabet) for _ in range(5))
+    return f"{pod[:240].rstrip('-.')}-{suffix}"
+
+
+def _manifest(namespace, name, pod, argv, container, cwd, env, timeout, stdin, readiness, ttl,
+              stop_signal, grace_period, labels) -> Dict[str, Any]:
+    if not pod:
+        raise InvalidArgument("pod", "must not be empty")
+    argv = list(argv)
+    if not argv or not argv[0]:
+        raise InvalidArgument("argv", "needs at least the executable (argv[0], not empty)")
+    spec: Dict[str, Any] = {"podName": pod, "command": argv}
+    if container is not None:
+        spec["container"] = container
+    if cwd is not None:
+        spec["workingDir"] = cwd
+    if env:
+        spec["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    if timeout is not None:
+        spec["timeoutSeconds"] = _seconds("timeout", timeout, 1)
+    if stdin:
+        spec["stdin"] = True
+    if readiness is not None:
+        spec["readiness"] = dict(readiness)
+    if ttl is not None:
+        spec["ttlSecondsAfterFinished"] = _seconds("ttl", ttl, 0)
+    if stop_signal is not None:
+        if not 1 <= stop_signal <= 64:
+            raise InvalidArgument("stop_signal", f"{stop_signal} is not 1-64")
+        spec["stopSignal"] = stop_signal
+    if grace_period is not None:
+        spec["terminationGracePeriodSeconds"] = _seconds("grace_period", grace_period, 0)
+    meta: Dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = dict(labels)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SandboxProcess", "metadata": meta,
+            "spec": spec}
+
+
+def _seconds(field: str, value: float, minimum: int) -> int:
+    s = math.ceil(value)
+    if s < minimum or s > 2**31 - 1:
+        raise InvalidArgument(field, f"{value!r} is outside {minimum}s..{2**31 - 1}s")
+    return int(s)
