@@ -6,9 +6,13 @@
 //! The tests are `#[ignore]`d: `cargo test --workspace` builds them without a cluster, and the
 //! bash suite that builds and deploys what they test runs them with `--ignored` (e2e/README.md).
 pub mod cmd;
+pub mod events;
 pub mod fields;
+pub mod host;
 pub mod manifests;
+pub mod metrics;
 pub mod ns;
+pub mod pods;
 pub mod wait;
 
 pub use fields::{cond, field};

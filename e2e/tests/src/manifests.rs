@@ -87,19 +87,7 @@ impl TestNs {
     pub async fn pods(&self, pods: impl IntoIterator<Item = Value>) -> Result<()> {
         let mut names = Vec::new();
         for p in pods {
-            let name = p["metadata"]["name"]
-                .as_str()
-                .context("metadata.name")?
-                .to_string();
-            let api = self.api::<k8s_openapi::api::core::v1::Pod>();
-            api.patch(
-                &name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(p),
-            )
-            .await
-            .with_context(|| format!("creating pod {name}"))?;
-            names.push(name);
+            names.push(self.apply_pod(p).await?);
         }
         for name in names {
             self.kubectl(&[
