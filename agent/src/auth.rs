@@ -13,12 +13,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use serde_json::json;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenReviewStatus};
+use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
 
 use crate::error::AgentError;
-
-const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 const CACHE_TTL: Duration = Duration::from_secs(60);
 /// A refused token is refused again without asking the API server for this long.
 const REFUSAL_TTL: Duration = Duration::from_secs(10);
@@ -120,59 +119,23 @@ pub trait Reviews: Send + Sync {
         &'a self,
         token: &'a str,
         audience: &'a str,
-    ) -> BoxFuture<'a, Result<serde_json::Value, AgentError>>;
+    ) -> BoxFuture<'a, Result<TokenReviewStatus, AgentError>>;
 }
 
 /// The API server's TokenReview endpoint, called with the agent's own token.
 struct ApiServer {
-    api: String,
-    /// Re-read for every call: kubelet rotates projected tokens.
-    own_token: String,
-    client: reqwest::Client,
-}
-
-/// Where the API server is and how the agent authenticates to it.
-pub struct ApiAccess {
-    pub url: String,
-    pub ca_file: String,
-    pub token_file: String,
-}
-
-impl ApiAccess {
-    /// The pod's own: the `kubernetes` Service and the mounted ServiceAccount.
-    pub fn in_cluster() -> Result<Self, AgentError> {
-        let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
-            AgentError::Internal(
-                "KUBERNETES_SERVICE_HOST not set: not running in a pod (see --api-server)".into(),
-            )
-        })?;
-        let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
-        let host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host
-        };
-        Ok(ApiAccess {
-            url: format!("https://{host}:{port}"),
-            ca_file: format!("{SA_DIR}/ca.crt"),
-            token_file: format!("{SA_DIR}/token"),
-        })
-    }
+    reviews: Api<TokenReview>,
 }
 
 impl TokenReviewer {
+    /// Reviews through the API server, with the agent's own client.
     pub fn new(
-        access: ApiAccess,
+        client: kube::Client,
         audience: String,
         allowed_user: String,
     ) -> Result<Self, AgentError> {
-        let client = crate::tls::api::ApiClient::new(&access)
-            .map_err(|e| AgentError::Internal(e.to_string()))?
-            .http;
         let api = ApiServer {
-            api: access.url,
-            own_token: access.token_file,
-            client,
+            reviews: Api::all(client),
         };
         Self::with_reviews(Box::new(api), audience, allowed_user)
     }
@@ -228,61 +191,50 @@ impl Reviews for ApiServer {
         &'a self,
         token: &'a str,
         audience: &'a str,
-    ) -> BoxFuture<'a, Result<serde_json::Value, AgentError>> {
+    ) -> BoxFuture<'a, Result<TokenReviewStatus, AgentError>> {
         Box::pin(async move {
-            let own = std::fs::read_to_string(&self.own_token)
-                .map_err(AgentError::io("reading own token"))?;
-            let body = json!({
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenReview",
-                "spec": {"token": token, "audiences": [audience]},
-            });
+            let review = TokenReview {
+                spec: TokenReviewSpec {
+                    token: Some(token.to_string()),
+                    audiences: Some(vec![audience.to_string()]),
+                },
+                ..Default::default()
+            };
             let interrupted =
                 |e: String| AgentError::OperationInterrupted(format!("TokenReview: {e}"));
-            let resp = self
-                .client
-                .post(format!(
-                    "{}/apis/authentication.k8s.io/v1/tokenreviews",
-                    self.api
-                ))
-                .bearer_auth(own.trim())
-                .timeout(Duration::from_secs(10))
-                .json(&body)
-                .send()
-                .await
-                .map_err(|e| interrupted(e.to_string()))?;
-            if !resp.status().is_success() {
-                return Err(interrupted(format!("HTTP {}", resp.status())));
-            }
-            let mut review: serde_json::Value =
-                resp.json().await.map_err(|e| interrupted(e.to_string()))?;
-            Ok(review["status"].take())
+            let created = tokio::time::timeout(
+                Duration::from_secs(10),
+                self.reviews.create(&PostParams::default(), &review),
+            )
+            .await
+            .map_err(|_| interrupted("no answer within 10s".into()))?
+            .map_err(|e| interrupted(e.to_string()))?;
+            Ok(created.status.unwrap_or_default())
         })
     }
 }
 
 /// The verdict on a TokenReview's `status`: authenticated, for our audience, and the one allowed
 /// user (pure, so every refusal has a table test).
-fn judge(st: &serde_json::Value, audience: &str, allowed_user: &str) -> Result<(), AgentError> {
-    if st["authenticated"].as_bool() != Some(true) {
+fn judge(st: &TokenReviewStatus, audience: &str, allowed_user: &str) -> Result<(), AgentError> {
+    if st.authenticated != Some(true) {
         return Err(AgentError::Unauthorized(format!(
             "token not authenticated for audience {audience}: {}",
-            st["error"].as_str().unwrap_or("")
+            st.error.as_deref().unwrap_or("")
         )));
     }
-    let user = st["user"]["username"].as_str().unwrap_or("");
+    let user = st
+        .user
+        .as_ref()
+        .and_then(|u| u.username.as_deref())
+        .unwrap_or("");
     if user != allowed_user {
         return Err(AgentError::Unauthorized(format!(
             "{user} is not {allowed_user}"
         )));
     }
-    let auds: Vec<&str> = st["audiences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|a| a.as_str())
-        .collect();
-    if !auds.contains(&audience) {
+    let auds = st.audiences.as_deref().unwrap_or_default();
+    if !auds.iter().any(|a| a == audience) {
         return Err(AgentError::Unauthorized(format!(
             "token audiences {auds:?} lack {audience}"
         )));
@@ -318,6 +270,20 @@ impl Auth {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::authentication::v1::UserInfo;
+
+    /// A TokenReview's status as the API server fills it.
+    fn status(auth: bool, user: &str, auds: &[&str]) -> TokenReviewStatus {
+        TokenReviewStatus {
+            authenticated: Some(auth),
+            user: Some(UserInfo {
+                username: Some(user.to_string()),
+                ..Default::default()
+            }),
+            audiences: Some(auds.iter().map(|a| a.to_string()).collect()),
+            error: (!auth).then(|| "token expired".to_string()),
+        }
+    }
 
     fn key(b: u8) -> [u8; 32] {
         [b; 32]
@@ -387,10 +353,6 @@ mod tests {
     #[test]
     fn review_verdicts() {
         const OP: &str = "system:serviceaccount:sandbox-system:operator";
-        let status = |auth: bool, user: &str, auds: &[&str]| {
-            json!({"authenticated": auth, "user": {"username": user}, "audiences": auds,
-                   "error": if auth { "" } else { "token expired" }})
-        };
         let cases = [
             (status(true, OP, &["sandbox-agent"]), None),
             (
@@ -405,7 +367,7 @@ mod tests {
                 status(true, OP, &["https://kubernetes.default.svc"]),
                 Some("lack sandbox-agent"),
             ),
-            (json!({}), Some("not authenticated")),
+            (TokenReviewStatus::default(), Some("not authenticated")),
         ];
         for (st, want) in cases {
             match (judge(&st, "sandbox-agent", OP), want) {
@@ -413,7 +375,7 @@ mod tests {
                 (Err(AgentError::Unauthorized(why)), Some(w)) => {
                     assert!(why.contains(w), "{why} lacks {w}")
                 }
-                (got, want) => panic!("{st}: got {got:?}, want {want:?}"),
+                (got, want) => panic!("{st:?}: got {got:?}, want {want:?}"),
             }
         }
     }
@@ -431,7 +393,7 @@ mod tests {
 
     /// An API server that answers from a table and counts the questions.
     struct Answers {
-        by_token: HashMap<&'static str, Result<serde_json::Value, ()>>,
+        by_token: HashMap<&'static str, Result<TokenReviewStatus, ()>>,
         asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     }
 
@@ -440,7 +402,7 @@ mod tests {
             &'a self,
             token: &'a str,
             _: &'a str,
-        ) -> BoxFuture<'a, Result<serde_json::Value, AgentError>> {
+        ) -> BoxFuture<'a, Result<TokenReviewStatus, AgentError>> {
             self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let answer = match self.by_token.get(token) {
                 Some(Ok(v)) => Ok(v.clone()),
@@ -455,7 +417,7 @@ mod tests {
     #[tokio::test]
     async fn admission_through_token_review() {
         const OP: &str = "system:serviceaccount:sandbox-system:operator";
-        let ok = |user: &str| json!({"authenticated": true, "user": {"username": user}, "audiences": ["sandbox-agent"]});
+        let ok = |user: &str| status(true, user, &["sandbox-agent"]);
         let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let answers = Answers {
             by_token: HashMap::from([
@@ -463,7 +425,11 @@ mod tests {
                 ("other", Ok(ok("system:serviceaccount:default:app"))),
                 (
                     "bogus",
-                    Ok(json!({"authenticated": false, "error": "invalid"})),
+                    Ok(TokenReviewStatus {
+                        authenticated: Some(false),
+                        error: Some("invalid".into()),
+                        ..Default::default()
+                    }),
                 ),
             ]),
             asked: asked.clone(),

@@ -17,7 +17,9 @@
 //! - [`readiness`]: tcpSocket / httpGet probes inside the pod's network namespace, logMatch.
 //! - [`budget`]: the node's output budget and the retention of finished output.
 //! - [`follow`]: log follows woken by the ledger (inotify), with caps.
-//! - [`registry`], [`spawn`], [`control`], [`server`], [`auth`]: the agent daemon.
+//! - [`registry`], [`spawn`], [`control`], [`server`], [`auth`], [`tls`], [`api_server`]: the
+//!   agent daemon.
+pub mod api_server;
 pub mod auth;
 pub mod budget;
 pub mod cgroup;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
-use sandbox_agent::auth::{ApiAccess, Auth, TokenReviewer};
+use sandbox_agent::api_server::ApiAccess;
+use sandbox_agent::auth::{Auth, TokenReviewer};
 use sandbox_agent::layout::Layout;
 use sandbox_agent::registry::{Config, Registry};
 use sandbox_agent::runtime::{cri::CriLookup, runc_state::RuncStateLookup, Lookup};
@@ -255,7 +256,12 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
     // One agent per state dir: a second release's DaemonSet (or an agent started by hand) on the
     // same host path would rescan, reattach and rewrite the same records. It waits instead.
     let _state_lock = lock_state_dir(&layout).await?;
-    let auth = auth_of(&s)?;
+    // One API server client for TokenReview and the certificate's, when either needs it.
+    let api = match (s.auth, s.tls) {
+        (AuthMode::Static, TlsMode::Off) => None,
+        _ => Some(api_access(&s)?.client()?),
+    };
+    let auth = auth_of(&s, api.clone())?;
     let layout_root = layout.root().to_path_buf();
     let supervisor_bin = supervisor_bin_of(&s, &layout)?;
     let lookup = lookup_of(&s)?;
@@ -302,7 +308,8 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
                 .await?;
         }
         TlsMode::Csr => {
-            let cfg = tls_config(&s, &layout_root)?;
+            let api = api.context("--tls csr needs the API server")?;
+            let cfg = tls_config(&s, api, &layout_root)?;
             if let Some(addr) = s.health_listen {
                 serve_health(addr, ready_when(cfg.clone())).await?;
             }
@@ -316,8 +323,12 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
 type TlsConfig = tokio::sync::watch::Receiver<Option<Arc<rustls::ServerConfig>>>;
 
 /// The TLS configuration, rebuilt whenever our certificate or the client CA bundle changes.
-fn tls_config(s: &Serve, state_dir: &std::path::Path) -> anyhow::Result<TlsConfig> {
-    use sandbox_agent::tls::{api::ApiClient, bundle, identity, server_config};
+fn tls_config(
+    s: &Serve,
+    client: kube::Client,
+    state_dir: &std::path::Path,
+) -> anyhow::Result<TlsConfig> {
+    use sandbox_agent::tls::{bundle, identity, server_config};
     use tokio::sync::watch;
     let node = s
         .node_name
@@ -329,12 +340,11 @@ fn tls_config(s: &Serve, state_dir: &std::path::Path) -> anyhow::Result<TlsConfi
             .map(|n| n.trim().to_string())
             .context("--tls csr needs --namespace (POD_NAMESPACE)")?,
     };
-    let api = ApiClient::new(&api_access(s)?)?;
     let (id_tx, mut id_rx) = watch::channel(None);
     let (ca_tx, mut ca_rx) = watch::channel(None);
     tokio::spawn(identity::keep(
         identity::Identity {
-            api: api.clone(),
+            csrs: kube::Api::all(client.clone()),
             node,
             namespace: namespace.clone(),
             signer: s.signer_name.clone(),
@@ -344,8 +354,7 @@ fn tls_config(s: &Serve, state_dir: &std::path::Path) -> anyhow::Result<TlsConfi
         id_tx,
     ));
     tokio::spawn(bundle::keep(
-        api,
-        namespace,
+        kube::Api::namespaced(client, &namespace),
         s.client_ca_configmap.clone(),
         ca_tx,
     ));
@@ -429,7 +438,7 @@ async fn serve_health(
 
 /// Who may call the agent: a shared token (tests, clusterless use) or the operator's
 /// ServiceAccount token, checked by TokenReview.
-fn auth_of(s: &Serve) -> anyhow::Result<Auth> {
+fn auth_of(s: &Serve, api: Option<kube::Client>) -> anyhow::Result<Auth> {
     Ok(match s.auth {
         AuthMode::Static => {
             let f = s
@@ -454,7 +463,7 @@ fn auth_of(s: &Serve) -> anyhow::Result<Auth> {
                 .clone()
                 .context("--auth token-review needs --allowed-user")?;
             Auth::TokenReview(Box::new(TokenReviewer::new(
-                api_access(s)?,
+                api.context("--auth token-review needs the API server")?,
                 s.audience.clone(),
                 user,
             )?))

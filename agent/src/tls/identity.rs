@@ -5,14 +5,17 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use base64::Engine;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ByteString;
+use kube::api::{Api, PostParams};
 use rcgen::{CertificateParams, KeyPair};
-use serde_json::json;
 use tokio::sync::watch;
 use tracing::{info, warn};
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 
-use super::api::ApiClient;
 use super::TlsError;
 
 /// A certificate with its key, both PEM.
@@ -23,7 +26,8 @@ pub struct KeyCert {
 }
 
 pub struct Identity {
-    pub api: ApiClient,
+    /// CertificateSigningRequests, with the pod's own token (create, get).
+    pub csrs: Api<CertificateSigningRequest>,
     pub node: String,
     pub namespace: String,
     pub signer: String,
@@ -153,64 +157,44 @@ impl Identity {
             .chars()
             .take(200)
             .collect();
-        let body = json!({
-            "apiVersion": "certificates.k8s.io/v1",
-            "kind": "CertificateSigningRequest",
-            "metadata": {"generateName": format!("{prefix}-")},
-            "spec": {
-                "request": base64::engine::general_purpose::STANDARD.encode(csr),
-                "signerName": self.signer,
-                "usages": ["digital signature", "key encipherment", "server auth"],
+        let csr = CertificateSigningRequest {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{prefix}-")),
+                ..Default::default()
             },
-        });
-        let base = format!(
-            "{}/apis/certificates.k8s.io/v1/certificatesigningrequests",
-            self.api.url
-        );
-        let created = self
-            .api
-            .json(
-                self.api
-                    .http
-                    .post(&base)
-                    .timeout(Duration::from_secs(15))
-                    .json(&body),
-            )
-            .await?;
-        let name = created["metadata"]["name"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
+            spec: CertificateSigningRequestSpec {
+                request: ByteString(csr.into_bytes()),
+                signer_name: self.signer.clone(),
+                usages: Some(
+                    ["digital signature", "key encipherment", "server auth"]
+                        .map(String::from)
+                        .to_vec(),
+                ),
+                ..Default::default()
+            },
+            status: None,
+        };
+        let created = call(self.csrs.create(&PostParams::default(), &csr)).await?;
+        let name = created.metadata.name.unwrap_or_default();
         info!(csr = %name, %dns, "serving certificate requested");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let csr = self
-                .api
-                .json(
-                    self.api
-                        .http
-                        .get(format!("{base}/{name}"))
-                        .timeout(Duration::from_secs(15)),
-                )
-                .await?;
-            for c in csr["status"]["conditions"].as_array().into_iter().flatten() {
-                if matches!(c["type"].as_str(), Some("Denied" | "Failed")) {
-                    return Err(TlsError::Refused {
-                        name,
-                        reason: c["message"].as_str().unwrap_or("").to_string(),
-                    });
-                }
-            }
-            if let Some(b64) = csr["status"]["certificate"]
-                .as_str()
-                .filter(|c| !c.is_empty())
+            let status = call(self.csrs.get(&name)).await?.status.unwrap_or_default();
+            if let Some(c) = status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| matches!(c.type_.as_str(), "Denied" | "Failed"))
             {
-                let cert = base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .ok_or_else(|| TlsError::Api(format!("{name}: certificate not PEM")))?;
+                return Err(TlsError::Refused {
+                    name,
+                    reason: c.message.clone().unwrap_or_default(),
+                });
+            }
+            if let Some(issued) = status.certificate.filter(|c| !c.0.is_empty()) {
+                let cert = String::from_utf8(issued.0)
+                    .map_err(|_| TlsError::Api(format!("{name}: certificate not PEM")))?;
                 return Ok(KeyCert {
                     cert,
                     key: key.serialize_pem(),
@@ -225,6 +209,16 @@ impl Identity {
             }
         }
     }
+}
+
+/// One API call, bounded in time.
+async fn call<T>(
+    fut: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, TlsError> {
+    tokio::time::timeout(Duration::from_secs(15), fut)
+        .await
+        .map_err(|_| TlsError::Api("no answer within 15s".into()))?
+        .map_err(|e| TlsError::Api(e.to_string()))
 }
 
 /// Keeps a usable certificate in `tx`, forever: the stored one while it is good and issued by a

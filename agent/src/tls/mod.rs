@@ -5,7 +5,6 @@
 //! present a client certificate chained to the operator's CA bundle ([`bundle`], a ConfigMap the
 //! operator's leader keeps): anything else, plain HTTP included, fails the handshake, before
 //! any request (and any TokenReview) is made.
-pub mod api;
 pub mod bundle;
 pub mod identity;
 mod serve;
