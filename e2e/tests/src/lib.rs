@@ -8,11 +8,15 @@
 pub mod cmd;
 pub mod events;
 pub mod fields;
+pub mod follow;
 pub mod host;
+pub mod impersonate;
 pub mod manifests;
 pub mod metrics;
 pub mod ns;
 pub mod pods;
+pub mod release;
+pub mod tenants;
 pub mod wait;
 
 pub use fields::{cond, field};
