@@ -18,7 +18,9 @@ pub fn log_path(ns: &str, name: &str, query: &str) -> String {
     } else {
         format!("?{query}")
     };
-    format!("/apis/subresources.sandbox.dev/v1alpha1/namespaces/{ns}/sandboxprocesses/{name}/log{q}")
+    format!(
+        "/apis/subresources.sandbox.dev/v1alpha1/namespaces/{ns}/sandboxprocesses/{name}/log{q}"
+    )
 }
 
 /// GET of a path through the API server; the body as text.

@@ -97,5 +97,9 @@ async fn pgrep(args: &[&str]) -> Result<Vec<u32>> {
     let mut all = vec!["-f"];
     all.extend_from_slice(args);
     let out = cmd::run("pgrep", &all, None, std::time::Duration::from_secs(10)).await?;
-    Ok(out.stdout.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    Ok(out
+        .stdout
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect())
 }

@@ -13,7 +13,10 @@ async fn probe(t: &TestNs, process: &str, body: Value) -> Result<Result<String, 
         t.name
     );
     let req = http::Request::post(&path).body(serde_json::to_vec(&body)?)?;
-    Ok(t.client.request_text(req).await.map_err(|e| format!("{e:?}")))
+    Ok(t.client
+        .request_text(req)
+        .await
+        .map_err(|e| format!("{e:?}")))
 }
 
 /// A probe that must be refused; the refusal.
@@ -29,30 +32,74 @@ async fn refused(t: &TestNs, who: &str, body: Value) -> Result<String> {
 async fn port_checks_edit_may_view_and_no_pods_exec_may_not_and_bad_input_is_named() {
     with_ns("clients-probe", |t| async move {
         t.pods([pod("work", None)]).await?;
-        t.apply_sbp(sbp("probe-guard", "work", json!({"command": ["sleep", "120"]}))).await?;
-        t.until_field("probe-guard", "/status/phase", "Running", 60).await?;
+        t.apply_sbp(sbp(
+            "probe-guard",
+            "work",
+            json!({"command": ["sleep", "120"]}),
+        ))
+        .await?;
+        t.until_field("probe-guard", "/status/phase", "Running", 60)
+            .await?;
         let port1 = json!({"tcpSocket": {"port": 1}});
         // edit (aggregated: sandboxprocesses/probe, and pods/exec): one check, not ready on port 1
-        t.kubectl(&["create", "rolebinding", "probe-edit", "--clusterrole=edit", "--user=spo-probe-editor"]).await?;
+        t.kubectl(&[
+            "create",
+            "rolebinding",
+            "probe-edit",
+            "--clusterrole=edit",
+            "--user=spo-probe-editor",
+        ])
+        .await?;
         let editor = t.as_user("spo-probe-editor").await?;
         match probe(&editor, "probe-guard", port1.clone()).await? {
             Ok(out) => ensure!(out.contains(r#""ready":false"#), "port 1 answer: {out}"),
             Err(e) => bail!("edit cannot check a port: {e}"),
         }
         // view: refused by the API server (no sandboxprocesses/probe)
-        t.kubectl(&["create", "rolebinding", "probe-view", "--clusterrole=view", "--user=spo-probe-viewer"]).await?;
-        let out = refused(&t.as_user("spo-probe-viewer").await?, "a viewer", port1.clone()).await?;
-        ensure!(out.to_lowercase().contains("forbidden"), "viewer refused how? {out}");
+        t.kubectl(&[
+            "create",
+            "rolebinding",
+            "probe-view",
+            "--clusterrole=view",
+            "--user=spo-probe-viewer",
+        ])
+        .await?;
+        let out = refused(
+            &t.as_user("spo-probe-viewer").await?,
+            "a viewer",
+            port1.clone(),
+        )
+        .await?;
+        ensure!(
+            out.to_lowercase().contains("forbidden"),
+            "viewer refused how? {out}"
+        );
         // get on the object and the subresource, without pods/exec on the pod: refused by the
         // operator
         t.kubectl_apply(NO_EXEC).await?;
-        let out = refused(&t.as_user("spo-probe-noexec").await?, "a user without pods/exec", port1).await?;
+        let out = refused(
+            &t.as_user("spo-probe-noexec").await?,
+            "a user without pods/exec",
+            port1,
+        )
+        .await?;
         ensure!(out.contains("pods/exec"), "no-exec refused how? {out}");
         // bad input is named, never reaches an agent
         let out = refused(&t, "port 0", json!({"tcpSocket": {"port": 0}})).await?;
-        ensure!(out.contains("probe.tcpSocket.port"), "port 0 refused how? {out}");
-        let out = refused(&t, "a path with a space", json!({"httpGet": {"port": 80, "path": "/a b"}})).await?;
-        ensure!(out.contains("probe.httpGet.path"), "bad path refused how? {out}");
+        ensure!(
+            out.contains("probe.tcpSocket.port"),
+            "port 0 refused how? {out}"
+        );
+        let out = refused(
+            &t,
+            "a path with a space",
+            json!({"httpGet": {"port": 80, "path": "/a b"}}),
+        )
+        .await?;
+        ensure!(
+            out.contains("probe.httpGet.path"),
+            "bad path refused how? {out}"
+        );
         refused(&t, "logMatch", json!({"logMatch": {"pattern": "x"}})).await?;
         Ok(())
     })

@@ -36,28 +36,50 @@ async fn long_grace_deletes_of_16_term_ignoring_processes_do_not_hold_other_tena
         let idle = t.median_ms(5).await?;
         let names: Vec<String> = (1..=16).map(|i| format!("stubborn-{i}")).collect();
         for n in &names {
-            let mut o = sbp(n, "victim", sh("trap '' TERM; while :; do sleep 1; done",
-                json!({"terminationGracePeriodSeconds": 30})));
+            let mut o = sbp(
+                n,
+                "victim",
+                sh(
+                    "trap '' TERM; while :; do sleep 1; done",
+                    json!({"terminationGracePeriodSeconds": 30}),
+                ),
+            );
             o["metadata"]["labels"] = json!({"case": "hostile"});
             t.apply(o).await?;
         }
         let mut uids = Vec::new();
         for n in &names {
-            let o = t.admin.until_field(n, "/status/phase", "Running", 60).await?;
+            let o = t
+                .admin
+                .until_field(n, "/status/phase", "Running", 60)
+                .await?;
             uids.push(o.uid().context("uid")?);
         }
         let t0 = Instant::now();
         let sel = ListParams::default().labels("case=hostile");
-        t.tenant.sbps().delete_collection(&DeleteParams::default(), &sel).await?;
-        t.others_fine("16 long-grace deletes pending", Some((idle, 1.5))).await?;
+        t.tenant
+            .sbps()
+            .delete_collection(&DeleteParams::default(), &sel)
+            .await?;
+        t.others_fine("16 long-grace deletes pending", Some((idle, 1.5)))
+            .await?;
         // They end by SIGKILL after the 30 s grace, then the objects go.
         let api = t.admin.sbps();
-        let gone = names.iter().zip(&uids).map(|(n, u)| await_condition(api.clone(), n, is_deleted(u)));
-        if tokio::time::timeout(Duration::from_secs(90), try_join_all(gone)).await.is_err() {
+        let gone = names
+            .iter()
+            .zip(&uids)
+            .map(|(n, u)| await_condition(api.clone(), n, is_deleted(u)));
+        if tokio::time::timeout(Duration::from_secs(90), try_join_all(gone))
+            .await
+            .is_err()
+        {
             let left = t.admin.kubectl(&["get", "sbp"]).await.unwrap_or_default();
             bail!("still there after {} s:\n{left}", t0.elapsed().as_secs());
         }
-        println!("note: 16 deletes done after {} s (30 s grace)", t0.elapsed().as_secs());
+        println!(
+            "note: 16 deletes done after {} s (30 s grace)",
+            t0.elapsed().as_secs()
+        );
         let (left, ps) = t.extra_procs("victim").await?;
         ensure!(left == 0, "{left} processes left in the pod:\n{ps}");
         Ok(())
@@ -78,14 +100,19 @@ impl Drop for Fill {
 /// Free bytes of the filesystem holding `dir`.
 async fn avail(dir: &str) -> Result<u64> {
     let out = host("df", &["-B1", "--output=avail", dir]).await?;
-    out.lines().last().unwrap_or("").trim().parse().context("df's output")
+    out.lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .parse()
+        .context("df's output")
 }
 
 /// Whether a log read (NDJSON) holds a `truncated` event with a non-zero `droppedBytes`.
 fn shows_a_loss(log: &str) -> bool {
-    log.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|e| {
-        e["type"] == "truncated" && e["droppedBytes"].as_u64().is_some_and(|n| n > 0)
-    })
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|e| e["type"] == "truncated" && e["droppedBytes"].as_u64().is_some_and(|n| n > 0))
 }
 
 #[tokio::test]
@@ -97,42 +124,79 @@ async fn a_full_state_dir_keeps_exit_codes_exact_shows_the_loss_and_starts_after
         let fill = Fill(PathBuf::from(&state).join("spo-hostile-fill"));
         // Another writer on the node takes all but 3 MiB of it.
         let size = (avail(&state).await? - (3 << 20)).to_string();
-        host("fallocate", &["-l", &size, fill.0.to_str().context("path")?]).await
-            .with_context(|| format!("cannot fill {state}"))?;
+        host(
+            "fallocate",
+            &["-l", &size, fill.0.to_str().context("path")?],
+        )
+        .await
+        .with_context(|| format!("cannot fill {state}"))?;
         let df = || async { host("df", &["-B1", &state]).await.unwrap_or_default() };
         let writer = "dd if=/dev/zero bs=65536 count=256 2>/dev/null; echo; echo the-end; exit 3";
         for i in 1..=3 {
-            t.apply(sbp(&format!("writer-{i}"), "victim", sh(writer, json!({})))).await?;
+            t.apply(sbp(&format!("writer-{i}"), "victim", sh(writer, json!({}))))
+                .await?;
         }
         for i in 1..=3 {
             let name = format!("writer-{i}");
-            let o = match t.admin.until_field(&name, "/status/phase", "Exited", 60).await {
+            let o = match t
+                .admin
+                .until_field(&name, "/status/phase", "Exited", 60)
+                .await
+            {
                 Ok(o) => o,
                 Err(e) => bail!("{e:#}\n{}", df().await),
             };
-            let got = ["/status/exit/code", "/status/endReason", "/status/output/stdoutBytes"]
-                .map(|p| field(&o, p)).join("/");
-            ensure!(got == format!("3/Exited/{}", (16 << 20) + 1 + 8), "{name}: {got}");
+            let got = [
+                "/status/exit/code",
+                "/status/endReason",
+                "/status/output/stdoutBytes",
+            ]
+            .map(|p| field(&o, p))
+            .join("/");
+            ensure!(
+                got == format!("3/Exited/{}", (16 << 20) + 1 + 8),
+                "{name}: {got}"
+            );
         }
-        println!("note: {} bytes left while full; 3 × 16 MiB written, exit codes exact", avail(&state).await?);
+        println!(
+            "note: {} bytes left while full; 3 × 16 MiB written, exit codes exact",
+            avail(&state).await?
+        );
         // Their output stopped short of the room a start needs: one more, still full, runs
         // exactly (in CI a start let in just before the writers took the last byte lost its
         // supervisor).
-        t.apply(sbp("writer-4", "victim", sh("echo late; exit 4", json!({})))).await?;
-        let o = match t.admin.until_field("writer-4", "/status/phase", "Exited", 60).await {
+        t.apply(sbp(
+            "writer-4",
+            "victim",
+            sh("echo late; exit 4", json!({})),
+        ))
+        .await?;
+        let o = match t
+            .admin
+            .until_field("writer-4", "/status/phase", "Exited", 60)
+            .await
+        {
             Ok(o) => o,
             Err(e) => bail!("{e:#}\n{}", df().await),
         };
-        let got = format!("{}/{}", field(&o, "/status/exit/code"),
-            field(&o, "/status/output/tail").trim_end_matches('\n'));
+        let got = format!(
+            "{}/{}",
+            field(&o, "/status/exit/code"),
+            field(&o, "/status/output/tail").trim_end_matches('\n')
+        );
         ensure!(got == "4/late", "writer-4: {got}");
         // The tenant's logs say what was lost, as a gap.
-        let log = get_text(&t.admin.client, &log_path(&t.admin.name, "writer-1", "")).await
+        let log = get_text(&t.admin.client, &log_path(&t.admin.name, "writer-1", ""))
+            .await
             .unwrap_or_else(|e| format!("{e:#}"));
         drop(fill);
-        t.others_fine("a full state dir (once there is room again)", None).await?;
-        ensure!(shows_a_loss(&log), "the loss is not visible in the log: {}",
-            log.chars().take(300).collect::<String>());
+        t.others_fine("a full state dir (once there is room again)", None)
+            .await?;
+        ensure!(
+            shows_a_loss(&log),
+            "the loss is not visible in the log: {}",
+            log.chars().take(300).collect::<String>()
+        );
         Ok(())
     })
     .await;
@@ -158,7 +222,11 @@ struct Follows {
 fn start_follows(t: &Tenants, n: usize) -> Arc<watch::Sender<Follows>> {
     let progress = Arc::new(watch::Sender::new(Follows::default()));
     for _ in 0..n {
-        let (client, ns, p) = (t.tenant.client.clone(), t.tenant.name.clone(), progress.clone());
+        let (client, ns, p) = (
+            t.tenant.client.clone(),
+            t.tenant.name.clone(),
+            progress.clone(),
+        );
         tokio::spawn(async move {
             let mut f = match Follow::open(&client, &ns, "quiet").await {
                 Ok(f) => f,
@@ -185,17 +253,34 @@ fn start_follows(t: &Tenants, n: usize) -> Arc<watch::Sender<Follows>> {
 /// and in the operator pod's netns (its subresource port and its connections to agents).
 async fn follow_hops(t: &Tenants) -> String {
     let queued = |out: String| -> String {
-        out.lines().enumerate().filter(|(i, l)| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            *i == 0 || f.first().is_some_and(|q| *q != "0") || f.get(1).is_some_and(|q| *q != "0")
-        }).take(40).map(|(_, l)| format!("{l}\n")).collect()
+        out.lines()
+            .enumerate()
+            .filter(|(i, l)| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                *i == 0
+                    || f.first().is_some_and(|q| *q != "0")
+                    || f.get(1).is_some_and(|q| *q != "0")
+            })
+            .take(40)
+            .map(|(_, l)| format!("{l}\n"))
+            .collect()
     };
     let mut s = String::from("stuck follows: connections with queued bytes (Recv-Q Send-Q):\n");
-    s += &queued(host("ss", &["-tno", "state", "established"]).await.unwrap_or_default());
+    s += &queued(
+        host("ss", &["-tno", "state", "established"])
+            .await
+            .unwrap_or_default(),
+    );
     if let Ok(op) = release::operator_pid(&t.admin.client).await {
         let op = op.to_string();
-        s += &queued(host("nsenter", &["-t", &op, "-n", "ss", "-tno", "state", "established"])
-            .await.unwrap_or_default());
+        s += &queued(
+            host(
+                "nsenter",
+                &["-t", &op, "-n", "ss", "-tno", "state", "established"],
+            )
+            .await
+            .unwrap_or_default(),
+        );
     }
     s
 }
@@ -242,12 +327,32 @@ async fn two_hundred_follows_on_one_quiet_process_are_served_with_the_agent_near
 /// The operator's connections to agents' PORT (in its pod's netns): local port → bytes received.
 async fn agent_conns(op: u32, port: i32) -> Result<HashMap<String, u64>> {
     let (op, filter) = (op.to_string(), format!("( dport = :{port} )"));
-    let out = host("nsenter", &["-t", &op, "-n", "ss", "-tniH", "state", "established", &filter]).await?;
+    let out = host(
+        "nsenter",
+        &[
+            "-t",
+            &op,
+            "-n",
+            "ss",
+            "-tniH",
+            "state",
+            "established",
+            &filter,
+        ],
+    )
+    .await?;
     let (mut conns, mut local) = (HashMap::new(), None);
     for l in out.lines() {
         if l.starts_with(|c: char| c.is_ascii_digit()) {
-            local = l.split_whitespace().nth(2).and_then(|a| a.rsplit(':').next()).map(String::from);
-        } else if let Some(b) = l.split_whitespace().find_map(|w| w.strip_prefix("bytes_received:")) {
+            local = l
+                .split_whitespace()
+                .nth(2)
+                .and_then(|a| a.rsplit(':').next())
+                .map(String::from);
+        } else if let Some(b) = l
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("bytes_received:"))
+        {
             if let Some(p) = local.take() {
                 conns.insert(p, b.parse().unwrap_or(0));
             }
@@ -268,19 +373,31 @@ impl Blackhole {
         let a = agent_port.to_string();
         let b = Blackhole {
             op: op.to_string(),
-            rules: [["INPUT".into(), format!("--sport {a} --dport {local}")],
-                [ "OUTPUT".into(), format!("--sport {local} --dport {a}")]],
+            rules: [
+                ["INPUT".into(), format!("--sport {a} --dport {local}")],
+                ["OUTPUT".into(), format!("--sport {local} --dport {a}")],
+            ],
         };
         for r in &b.rules {
-            host("nsenter", &b.args("-I", r).iter().map(String::as_str).collect::<Vec<_>>()).await
-                .context("iptables in the operator's netns")?;
+            host(
+                "nsenter",
+                &b.args("-I", r)
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            )
+            .await
+            .context("iptables in the operator's netns")?;
         }
         Ok(b)
     }
 
     fn args(&self, flag: &str, rule: &[String; 2]) -> Vec<String> {
-        let mut a: Vec<String> = ["-t", &self.op, "-n", "iptables", flag, &rule[0], "-p", "tcp"]
-            .map(String::from).to_vec();
+        let mut a: Vec<String> = [
+            "-t", &self.op, "-n", "iptables", flag, &rule[0], "-p", "tcp",
+        ]
+        .map(String::from)
+        .to_vec();
         a.extend(rule[1].split(' ').map(String::from));
         a.extend(["-j", "DROP"].map(String::from));
         a
@@ -290,7 +407,9 @@ impl Blackhole {
 impl Drop for Blackhole {
     fn drop(&mut self) {
         for r in &self.rules {
-            let _ = std::process::Command::new("nsenter").args(self.args("-D", r)).status();
+            let _ = std::process::Command::new("nsenter")
+                .args(self.args("-D", r))
+                .status();
         }
     }
 }
@@ -300,7 +419,11 @@ fn counts(s: &Seen) -> String {
     let after = s.data.windows(10).filter(|w| *w == b"after-line").count();
     let mut out = format!("{} {after}", s.data.len());
     if let Some(end) = &s.end {
-        out += &format!(" end {}", end.pointer("/record/exit/code").map_or("None".into(), |c| c.to_string()));
+        out += &format!(
+            " end {}",
+            end.pointer("/record/exit/code")
+                .map_or("None".into(), |c| c.to_string())
+        );
     }
     out
 }
