@@ -63,15 +63,19 @@ async fn main() {
     std::fs::write(&spec, serde_json::to_vec(&process["process"]).unwrap()).unwrap();
     let (mut bare, mut via_agent, mut bare_cg) = (Vec::new(), Vec::new(), Vec::new());
     let mut started = Vec::new();
-    let dirs =
-        sandbox_agent::cgroup::container_dirs(runc_root.to_str().unwrap(), &ctr.id, ctr.init_pid())
-            .unwrap();
+    let dirs = sandbox_agent::supervisor::cgroup::container_dirs(
+        runc_root.to_str().unwrap(),
+        &ctr.id,
+        ctr.init_pid(),
+    )
+    .unwrap();
     let mut bench_cgroups = Vec::new();
     for i in 0..rounds {
         let pidf = base.join(format!("bare-cg-{i}.pid"));
         let t = Instant::now();
         let cg =
-            sandbox_agent::cgroup::ProcessCgroup::create(&dirs, &format!("bench-{i}")).unwrap();
+            sandbox_agent::supervisor::cgroup::ProcessCgroup::create(&dirs, &format!("bench-{i}"))
+                .unwrap();
         let st = bare_exec(&runc_root, &ctr.id, &spec, &pidf, Some(&cg.name));
         bare_cg.push(t.elapsed().as_secs_f64() * 1e3);
         assert!(st.success());
@@ -339,7 +343,7 @@ async fn main() {
     // 5. Stop of a 100-process tree until the cgroup is empty.
     let tree = "i=0; while [ $i -lt 100 ]; do sleep 300 & i=$((i+1)); done; wait";
     let ctr5 = Container::start(&base, &runc_root, 0);
-    let dirs5 = sandbox_agent::cgroup::container_dirs(
+    let dirs5 = sandbox_agent::supervisor::cgroup::container_dirs(
         runc_root.to_str().unwrap(),
         &ctr5.id,
         ctr5.init_pid(),
@@ -348,8 +352,11 @@ async fn main() {
     let (mut killpg, mut via_stop, mut to_record) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..5 {
         // Baseline: the bare tree in a cgroup of its own, ended by signalling its process group.
-        let cg = sandbox_agent::cgroup::ProcessCgroup::create(&dirs5, &format!("bench-tree-{i}"))
-            .unwrap();
+        let cg = sandbox_agent::supervisor::cgroup::ProcessCgroup::create(
+            &dirs5,
+            &format!("bench-tree-{i}"),
+        )
+        .unwrap();
         let pidf = base.join(format!("tree-{i}.pid"));
         let st = Command::new(runc())
             .arg("--root")

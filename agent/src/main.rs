@@ -5,13 +5,15 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
-use sandbox_agent::api_server::ApiAccess;
-use sandbox_agent::auth::{Auth, TokenReviewer};
-use sandbox_agent::layout::Layout;
-use sandbox_agent::registry::{Config, Registry};
-use sandbox_agent::runtime::{cri::CriLookup, runc_state::RuncStateLookup, Lookup};
-use sandbox_agent::server::{router, AppState};
-use sandbox_agent::spawn::{install_supervisor, HostNamespace, SpawnConfig, SupervisorLimits};
+use sandbox_agent::daemon::api_server::ApiAccess;
+use sandbox_agent::daemon::auth::{Auth, TokenReviewer};
+use sandbox_agent::daemon::registry::{Config, Registry};
+use sandbox_agent::daemon::runtime::{cri::CriLookup, runc_state::RuncStateLookup, Lookup};
+use sandbox_agent::daemon::server::{router, AppState};
+use sandbox_agent::daemon::spawn::{
+    install_supervisor, HostNamespace, SpawnConfig, SupervisorLimits,
+};
+use sandbox_agent::shared::layout::Layout;
 
 #[derive(Parser)]
 #[command(
@@ -277,7 +279,7 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
     let state = AppState {
         registry,
         auth: Arc::new(auth),
-        metrics: Arc::new(sandbox_agent::metrics::Metrics::new()),
+        metrics: Arc::new(sandbox_agent::daemon::metrics::Metrics::new()),
         shutdown: stop_rx,
     };
     if let Some(addr) = s.metrics_listen {
@@ -314,7 +316,7 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
                 serve_health(addr, ready_when(cfg.clone())).await?;
             }
             let drain = std::time::Duration::from_secs(s.drain_seconds);
-            sandbox_agent::tls::serve(listener, cfg, app, stop, drain).await?;
+            sandbox_agent::daemon::tls::serve(listener, cfg, app, stop, drain).await?;
         }
     }
     Ok(())
@@ -328,7 +330,7 @@ fn tls_config(
     client: kube::Client,
     state_dir: &std::path::Path,
 ) -> anyhow::Result<TlsConfig> {
-    use sandbox_agent::tls::{bundle, identity, server_config};
+    use sandbox_agent::daemon::tls::{bundle, identity, server_config};
     use tokio::sync::watch;
     let node = s
         .node_name
@@ -522,10 +524,10 @@ fn registry_config(
         retention_bytes: s.log_retention_bytes,
         proc_root: s.proc_root.clone(),
         max_processes: s.max_processes,
-        budget: sandbox_agent::budget::Budget {
+        budget: sandbox_agent::daemon::budget::Budget {
             max_bytes: s
                 .output_budget_bytes
-                .unwrap_or_else(|| sandbox_agent::budget::default_budget(&s.state_dir)),
+                .unwrap_or_else(|| sandbox_agent::daemon::budget::default_budget(&s.state_dir)),
             finished_ttl: std::time::Duration::from_secs(s.finished_output_retention_seconds),
         },
         budget_sweep: std::time::Duration::from_secs(s.budget_sweep_seconds),
@@ -565,7 +567,7 @@ async fn serve_metrics(addr: std::net::SocketAddr, state: AppState) -> anyhow::R
         .await
         .with_context(|| format!("binding {addr} (--metrics-listen)"))?;
     tracing::info!(listen = %listener.local_addr()?, "serving metrics");
-    let metrics = sandbox_agent::server::metrics_router(state);
+    let metrics = sandbox_agent::daemon::server::metrics_router(state);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, metrics).await {
             tracing::warn!(error = %e, "metrics listener ended");

@@ -7,9 +7,9 @@ use sandbox_api::wire::{ApiError, EndReason, ErrorCode, ExitStatus, Phase};
 
 use super::record_file::reserve_path;
 use super::{Result, Supervisor};
-use crate::cgroup::ProcessCgroup;
-use crate::clock::{now_nanos, rfc3339};
-use crate::procfs;
+use crate::shared::clock::{now_nanos, rfc3339};
+use crate::shared::procfs;
+use crate::supervisor::cgroup::ProcessCgroup;
 
 /// What was seen about an end, beside the exit itself, to name its reason.
 struct EndFacts {

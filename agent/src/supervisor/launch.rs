@@ -14,12 +14,12 @@ use sandbox_api::wire::{ErrorCode, Phase};
 
 use super::tree::rearm;
 use super::{after, Result, Supervisor};
-use crate::cgroup::{self, ProcessCgroup};
-use crate::clock::{now_nanos, rfc3339};
-use crate::procfs;
-use crate::record;
-use crate::signals;
-use crate::wait::{self, ChildEnd};
+use crate::shared::clock::{now_nanos, rfc3339};
+use crate::shared::procfs;
+use crate::shared::record;
+use crate::shared::signals;
+use crate::shared::wait::{self, ChildEnd};
+use crate::supervisor::cgroup::{self, ProcessCgroup};
 
 /// The read and write ends of the process's stdout and stderr pipes.
 struct OutputPipes {

@@ -20,6 +20,7 @@
 //! - [`stop`](self::stop): control requests, stop sequences and signals to the tree.
 //! - [`record_file`](self::record_file): writing the record (refreshes, the final one, its room).
 //! - [`end`](self::end): how the process ended (exit, error) and the final record.
+//! - [`cgroup`]: the process tree's own cgroup (membership, kill, limits, usage).
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
@@ -36,6 +37,7 @@ macro_rules! say {
     }};
 }
 
+pub mod cgroup;
 mod end;
 mod event_loop;
 mod launch;
@@ -49,19 +51,17 @@ mod tree;
 
 use nix::sys::signalfd::SignalFd;
 use sandbox_api::wire::ProcessRecord;
-use serde::{Deserialize, Serialize};
 
-use crate::cgroup::ProcessCgroup;
-use crate::exec_id::ExecId;
-use crate::layout::Layout;
-use crate::ledger::LedgerWriter;
-use crate::procfs;
-use crate::readiness::LogMatcher;
-use crate::runtime::LaunchSpec;
-use crate::wait::ChildEnd;
+use crate::shared::exec_id::ExecId;
+use crate::shared::launch::LaunchSpec;
+use crate::shared::launch::END_TREE;
+use crate::shared::layout::Layout;
+use crate::shared::ledger::LedgerWriter;
+use crate::shared::readiness::LogMatcher;
+use crate::shared::wait::ChildEnd;
+use crate::supervisor::cgroup::ProcessCgroup;
 
 pub use launch::classify_runtime_error;
-pub use stop::{valid_signal, Control, ControlReply};
 
 const TAIL_BYTES: usize = 2048;
 /// After the tree has ended, keep draining output still held open (a descriptor passed to a
@@ -74,23 +74,6 @@ const MEMBERSHIP_POLL: Duration = Duration::from_millis(20);
 /// Non-durable record refresh while output flows.
 const COUNTER_FLUSH: Duration = Duration::from_secs(1);
 const READ_BUF: usize = 256 * 1024;
-
-/// Identity of a running supervisor (pid reuse safe).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct SupervisorIdentity {
-    pub pid: i32,
-    pub start_time: u64,
-}
-
-impl SupervisorIdentity {
-    pub fn alive(&self) -> bool {
-        procfs::alive(self.pid, Some(self.start_time))
-    }
-}
-
-/// Mode argument: end what is left of a lost supervisor's tree, then exit.
-pub const END_TREE: &str = "--end-tree";
 
 /// Entry point of the `sandbox-supervisor` binary.
 pub fn main() -> ! {

@@ -5,8 +5,8 @@ use std::time::Instant;
 use nix::errno::Errno;
 
 use super::{Supervisor, READ_BUF, TAIL_BYTES};
-use crate::clock::now_nanos;
-use crate::ledger::{Pos, Stream};
+use crate::shared::clock::now_nanos;
+use crate::shared::ledger::{Pos, Stream};
 
 /// Pipe index 0 is stdout, 1 is stderr (the order of `Supervisor::out`).
 fn stream_of(idx: usize) -> Stream {
@@ -90,7 +90,7 @@ impl Supervisor {
     fn mark_ready_on(&mut self, line: String, after: Pos) -> std::io::Result<()> {
         self.rec.log_match = Some(sandbox_api::wire::LogMatchHit {
             line,
-            cursor: crate::ledger::encode_cursor(self.id.as_str(), after),
+            cursor: crate::shared::ledger::encode_cursor(self.id.as_str(), after),
         });
         self.mark_ready()
     }

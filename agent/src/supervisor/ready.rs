@@ -7,8 +7,8 @@ use nix::unistd::pipe2;
 use sandbox_api::wire::ProbeKind;
 
 use super::{after, Result, Supervisor};
-use crate::clock::{now_nanos, rfc3339};
-use crate::readiness;
+use crate::shared::clock::{now_nanos, rfc3339};
+use crate::shared::readiness;
 
 impl Supervisor {
     /// Readiness is judged from the moment the process runs.

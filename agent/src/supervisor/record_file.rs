@@ -3,9 +3,9 @@
 use std::time::{Duration, Instant};
 
 use super::Supervisor;
-use crate::exec_id::ExecId;
-use crate::layout::Layout;
-use crate::record;
+use crate::shared::exec_id::ExecId;
+use crate::shared::layout::Layout;
+use crate::shared::record;
 
 /// Bytes set aside at the start for the final record (it is a few KiB; written aside, then
 /// renamed).
@@ -63,7 +63,7 @@ impl Supervisor {
         loop {
             // Output lost below the floor becomes a gap readers see, before the end is told (again
             // after each round that made room).
-            if let Err(e) = self.ledger.flush_lost(crate::clock::now_nanos()) {
+            if let Err(e) = self.ledger.flush_lost(crate::shared::clock::now_nanos()) {
                 self.write_failed("output", &e);
             }
             match record::write_json(&path, &self.rec, true) {

@@ -10,14 +10,15 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use sandbox_api::wire::{ProbeKind, ProcessRecord};
 
 use super::record_file::{reserve_path, RESERVE_BYTES};
-use super::{Result, Supervisor, SupervisorIdentity, TAIL_BYTES};
-use crate::exec_id::ExecId;
-use crate::layout::Layout;
-use crate::ledger::LedgerWriter;
-use crate::procfs;
-use crate::readiness::LogMatcher;
-use crate::record;
-use crate::runtime::LaunchSpec;
+use super::{Result, Supervisor, TAIL_BYTES};
+use crate::shared::exec_id::ExecId;
+use crate::shared::launch::LaunchSpec;
+use crate::shared::launch::SupervisorIdentity;
+use crate::shared::layout::Layout;
+use crate::shared::ledger::LedgerWriter;
+use crate::shared::procfs;
+use crate::shared::readiness::LogMatcher;
+use crate::shared::record;
 
 impl Supervisor {
     pub(super) fn start(layout: Layout, id: ExecId) -> Result<Self> {
@@ -27,7 +28,7 @@ impl Supervisor {
         let sigfd = signals_as_fd()?;
         let control = bind_control(&layout, &id)?;
         let ledger = LedgerWriter::open(&layout.ledger(&id), spec.retention_bytes)?
-            .with_floor(crate::ledger::OUTPUT_FLOOR);
+            .with_floor(crate::shared::ledger::OUTPUT_FLOOR);
         let matcher = log_matcher(&spec)?;
         let req = &spec.request;
         let rec = ProcessRecord::starting(
@@ -113,7 +114,7 @@ fn signals_as_fd() -> Result<SignalFd> {
 fn bind_control(layout: &Layout, id: &ExecId) -> Result<UnixListener> {
     let sock = layout.control(id);
     let _ = std::fs::remove_file(&sock);
-    let control = UnixListener::bind(crate::layout::SocketPath::new(&sock)?.path())?;
+    let control = UnixListener::bind(crate::shared::layout::SocketPath::new(&sock)?.path())?;
     control.set_nonblocking(true)?;
     Ok(control)
 }

@@ -18,7 +18,8 @@ use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::unistd::pipe2;
 use sandbox_api::wire::{ErrorCode, StdinState, MAX_STDIN_WRITE};
 
-use super::{stop::ControlReply, Supervisor};
+use super::Supervisor;
+use crate::shared::control::ControlReply;
 
 /// What to do with a write of `len` bytes at `offset` when `accepted` bytes have been taken.
 #[derive(Debug, PartialEq, Eq)]

@@ -5,73 +5,13 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use sandbox_api::wire::{ErrorCode, StdinState};
-use serde::{Deserialize, Serialize};
 
 use super::{after, Result, Supervisor};
-use crate::cgroup::ProcessCgroup;
-use crate::exec_id::ExecId;
-use crate::layout::Layout;
-use crate::record;
-
-/// A request on the control socket (one JSON line; one JSON line back).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
-pub enum Control {
-    /// Stop sequence: `signal` to the group, SIGKILL after `grace_seconds`.
-    Stop { signal: i32, grace_seconds: u64 },
-    /// Deliver `signal` to the process group once.
-    Signal { signal: i32 },
-    /// Bytes for stdin starting at byte `offset` (base64), then EOF when `close`.
-    Stdin {
-        offset: u64,
-        #[serde(default)]
-        data: String,
-        #[serde(default)]
-        close: bool,
-    },
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ControlReply {
-    pub ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The error's code, where it is not a malformed request.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<ErrorCode>,
-    /// Stdin after the request (stdin requests).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stdin: Option<StdinState>,
-}
-
-impl ControlReply {
-    fn of(r: std::result::Result<(), String>) -> ControlReply {
-        match r {
-            Ok(()) => ControlReply {
-                ok: true,
-                ..Default::default()
-            },
-            Err(e) => ControlReply {
-                ok: false,
-                error: Some(e),
-                ..Default::default()
-            },
-        }
-    }
-
-    pub(super) fn with_stdin(s: StdinState) -> ControlReply {
-        ControlReply {
-            ok: true,
-            stdin: Some(s),
-            ..Default::default()
-        }
-    }
-}
-
-pub fn valid_signal(sig: i32) -> bool {
-    (1..=64).contains(&sig)
-}
+use crate::shared::control::{valid_signal, Control, ControlReply};
+use crate::shared::exec_id::ExecId;
+use crate::shared::layout::Layout;
+use crate::shared::record;
+use crate::supervisor::cgroup::ProcessCgroup;
 
 /// A bad signal number is the requester's mistake, told back, never passed to kill(2).
 fn checked_signal(signal: i32) -> std::result::Result<(), String> {

@@ -3,8 +3,8 @@
 use std::time::Instant;
 
 use super::{Supervisor, USAGE_REFRESH};
-use crate::cgroup::ProcessCgroup;
-use crate::wait;
+use crate::shared::wait;
+use crate::supervisor::cgroup::ProcessCgroup;
 
 /// Reads a kernfs file from its start through this descriptor: its next change wakes `poll`.
 pub(super) fn rearm(f: &std::fs::File) {

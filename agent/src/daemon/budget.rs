@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use sandbox_api::wire::ProcessRecord;
 
-use crate::exec_id::ExecId;
-use crate::layout::Layout;
-use crate::ledger;
+use crate::shared::exec_id::ExecId;
+use crate::shared::layout::Layout;
+use crate::shared::ledger;
 
 /// Marker in a ledger directory whose output was freed; its text says why.
 pub const FREED: &str = ".freed";
@@ -88,7 +88,7 @@ fn free(l: &Ledger, why: &str) {
     for (p, _) in &l.segs {
         let _ = fs::remove_file(p);
     }
-    let _ = crate::record::write_private(&l.dir.join(FREED), why.as_bytes());
+    let _ = crate::shared::record::write_private(&l.dir.join(FREED), why.as_bytes());
 }
 
 /// Why a ledger's output was freed, if it was.

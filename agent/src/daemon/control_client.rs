@@ -5,8 +5,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
-use crate::error::AgentError;
-use crate::supervisor::{Control, ControlReply};
+use crate::shared::control::{Control, ControlReply};
+use crate::shared::error::AgentError;
 use sandbox_api::wire::ErrorCode;
 
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -21,7 +21,7 @@ pub async fn send(sock: &Path, req: &Control) -> Result<bool, AgentError> {
 pub async fn request(sock: &Path, req: &Control) -> Result<Option<ControlReply>, AgentError> {
     let fut = async {
         // A gone process dir (long path, reached through it) reads like a gone socket.
-        let conn = match crate::layout::SocketPath::new(sock) {
+        let conn = match crate::shared::layout::SocketPath::new(sock) {
             Ok(at) => UnixStream::connect(at.path()).await,
             Err(e) => Err(e),
         };

@@ -10,7 +10,7 @@ use sandbox_api::validate::Valid;
 use sandbox_api::wire::{EnvVar, StartRequest};
 use serde_json::{json, Value};
 
-use crate::error::AgentError;
+use crate::shared::error::AgentError;
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 

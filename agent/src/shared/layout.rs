@@ -11,7 +11,7 @@
 //! ```
 use std::path::{Path, PathBuf};
 
-use crate::exec_id::ExecId;
+use crate::shared::exec_id::ExecId;
 
 /// The host directory of pid files during launches (see [`Layout::launch_pid_file`]).
 pub const LAUNCH_DIR: &str = "/run/sandbox-agent";

@@ -70,8 +70,8 @@ mod tests {
             }
         }
         assert_eq!(
-            crate::wait::wait_for(pid).unwrap(),
-            crate::wait::ChildEnd::Exited(0)
+            crate::shared::wait::wait_for(pid).unwrap(),
+            crate::shared::wait::ChildEnd::Exited(0)
         );
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use nix::sched::{setns, CloneFlags};
 use sandbox_api::wire::{LogStream, ProbeKind, StatusRange};
 
-use crate::ledger::Stream;
+use crate::shared::ledger::Stream;
 
 const DIAL_TIMEOUT: Duration = Duration::from_secs(1);
 

@@ -13,7 +13,7 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::{ContainerInfo, CONTAINER_NAME_LABEL, POD_UID_LABEL};
-use crate::error::AgentError;
+use crate::shared::error::AgentError;
 
 #[derive(Clone)]
 pub struct CriLookup {

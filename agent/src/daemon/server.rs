@@ -18,12 +18,12 @@ use sandbox_api::wire::{
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::auth::Auth;
-use crate::error::AgentError;
-use crate::exec_id::ExecId;
-use crate::ledger::{self, decode_cursor, encode_cursor, Entry, Pos, Stream};
-use crate::metrics::Metrics;
-use crate::registry::Registry;
+use crate::daemon::auth::Auth;
+use crate::daemon::metrics::Metrics;
+use crate::daemon::registry::Registry;
+use crate::shared::error::AgentError;
+use crate::shared::exec_id::ExecId;
+use crate::shared::ledger::{self, decode_cursor, encode_cursor, Entry, Pos, Stream};
 
 /// A follower re-reads at least this often even without a wake (a missed inotify event, a
 /// full event queue): a safety net, not the way output arrives.
@@ -261,7 +261,7 @@ async fn logs(
         None => Pos::default(),
     };
     let dir = st.registry.layout().ledger(&eid);
-    if let Some(why) = crate::budget::freed(&dir) {
+    if let Some(why) = crate::daemon::budget::freed(&dir) {
         return Err(AgentError::OutputFreed(format!("process {id}: {why}")));
     }
     check_readable(&dir, start).await?;
@@ -310,7 +310,7 @@ struct LogReader {
     follow: bool,
     /// Bytes of output still to send (maxBytes).
     budget: u64,
-    wakes: Option<crate::follow::Follow>,
+    wakes: Option<crate::daemon::follow::Follow>,
     tx: mpsc::Sender<Bytes>,
 }
 

@@ -9,10 +9,7 @@ pub mod exec_spec;
 pub mod runc_state;
 pub mod version;
 
-use sandbox_api::wire::StartRequest;
-use serde::{Deserialize, Serialize};
-
-use crate::error::AgentError;
+use crate::shared::error::AgentError;
 
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
@@ -28,20 +25,6 @@ pub struct ContainerInfo {
     pub runtime_root: Option<String>,
     /// The runtime binary of the container's handler (e.g. crun), when not the node's default.
     pub runtime_binary: Option<String>,
-}
-
-/// Everything the supervisor needs to launch one process; written by the agent.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LaunchSpec {
-    pub request: StartRequest,
-    pub container_id: String,
-    pub container_pid: i32,
-    #[serde(default)]
-    pub container_start: Option<u64>,
-    pub runtime_binary: String,
-    pub runtime_root: String,
-    pub retention_bytes: u64,
 }
 
 pub enum Lookup {

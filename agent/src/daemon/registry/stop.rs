@@ -5,12 +5,12 @@ use std::time::Duration;
 use sandbox_api::wire::{ProcessRecord, SignalRequest, WatchEvent};
 
 use super::{Registry, MAX_SECONDS};
-use crate::control;
-use crate::error::AgentError;
-use crate::exec_id::ExecId;
-use crate::record;
-use crate::runtime::LaunchSpec;
-use crate::supervisor::{valid_signal, Control};
+use crate::daemon::control_client;
+use crate::shared::control::{valid_signal, Control};
+use crate::shared::error::AgentError;
+use crate::shared::exec_id::ExecId;
+use crate::shared::launch::LaunchSpec;
+use crate::shared::record;
 
 impl Registry {
     pub async fn signal(&self, id: &str, req: SignalRequest) -> Result<ProcessRecord, AgentError> {
@@ -49,7 +49,7 @@ impl Registry {
         if rec.is_final() {
             return Ok(rec); // stopping or signalling an ended process succeeds, changes nothing
         }
-        control::send(&self.cfg.layout.control(&id), &control).await?;
+        control_client::send(&self.cfg.layout.control(&id), &control).await?;
         self.record_now(&id)
     }
 
@@ -62,7 +62,7 @@ impl Registry {
             let (signal, grace) = launch
                 .map(|l| (l.request.stop_signal, l.request.grace_seconds))
                 .unwrap_or((15, 5));
-            let _ = control::send(
+            let _ = control_client::send(
                 &self.cfg.layout.control(&id),
                 &Control::Stop {
                     signal,

@@ -8,12 +8,12 @@ use sandbox_api::wire::{Phase, ProbeKind, ProbeResult};
 use tokio::sync::Semaphore;
 
 use super::Registry;
-use crate::error::AgentError;
-use crate::exec_id::ExecId;
-use crate::procfs;
-use crate::readiness;
-use crate::record;
-use crate::runtime::LaunchSpec;
+use crate::shared::error::AgentError;
+use crate::shared::exec_id::ExecId;
+use crate::shared::launch::LaunchSpec;
+use crate::shared::procfs;
+use crate::shared::readiness;
+use crate::shared::record;
 
 /// Checks running at once on this agent: each holds a thread for a few seconds at most (per
 /// address a 1 s dial, an HTTP answer within 2 s), and any caller may ask, so the count is

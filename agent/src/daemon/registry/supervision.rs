@@ -9,12 +9,12 @@ use tokio::io::unix::AsyncFd;
 use tracing::warn;
 
 use super::{pidfd_open, Registry};
-use crate::clock::now_rfc3339;
-use crate::exec_id::ExecId;
-use crate::record;
-use crate::runtime::LaunchSpec;
-use crate::spawn;
-use crate::supervisor::SupervisorIdentity;
+use crate::daemon::spawn;
+use crate::shared::clock::now_rfc3339;
+use crate::shared::exec_id::ExecId;
+use crate::shared::launch::LaunchSpec;
+use crate::shared::launch::SupervisorIdentity;
+use crate::shared::record;
 
 impl Registry {
     /// Resumes watching a process whose supervisor may still run (after an agent restart).

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rustls::pki_types::{pem::PemObject, CertificateDer};
 
-use crate::error::AgentError;
+use crate::shared::error::AgentError;
 
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 

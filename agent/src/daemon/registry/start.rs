@@ -12,19 +12,20 @@ use tokio::sync::broadcast;
 use tracing::info;
 
 use super::{pidfd_open, Registry};
-use crate::error::AgentError;
-use crate::exec_id::ExecId;
-use crate::record;
-use crate::runtime::version::{self, Verdict};
-use crate::runtime::{exec_spec, LaunchSpec};
-use crate::spawn;
+use crate::daemon::runtime::exec_spec;
+use crate::daemon::runtime::version::{self, Verdict};
+use crate::daemon::spawn;
+use crate::shared::error::AgentError;
+use crate::shared::exec_id::ExecId;
+use crate::shared::launch::LaunchSpec;
+use crate::shared::record;
 
 /// How long a start waits for the supervisor to report Running or Error.
 const START_WAIT: Duration = Duration::from_secs(30);
 /// Free bytes in the state dir below which a start waits (429) rather than begins.
 const MIN_FREE_TO_START: u64 = 1 << 20;
 // Output never takes the room a start was promised (ledger::OUTPUT_FLOOR).
-const _: () = assert!(crate::ledger::OUTPUT_FLOOR >= 2 * MIN_FREE_TO_START);
+const _: () = assert!(crate::shared::ledger::OUTPUT_FLOOR >= 2 * MIN_FREE_TO_START);
 
 impl Registry {
     fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -160,7 +161,7 @@ impl Registry {
             request: req.into_inner(),
             container_id: info.id.clone(),
             container_pid: info.pid,
-            container_start: crate::procfs::start_time(info.pid),
+            container_start: crate::shared::procfs::start_time(info.pid),
             runtime_binary,
             runtime_root: info
                 .runtime_root

@@ -10,7 +10,7 @@ use inotify::{Inotify, WatchDescriptor, WatchMask, Watches};
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::AgentError;
+use crate::shared::error::AgentError;
 
 pub struct Follows {
     state: Mutex<State>,

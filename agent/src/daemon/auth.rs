@@ -17,7 +17,7 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenRe
 use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
 
-use crate::error::AgentError;
+use crate::shared::error::AgentError;
 const CACHE_TTL: Duration = Duration::from_secs(60);
 /// A refused token is refused again without asking the API server for this long.
 const REFUSAL_TTL: Duration = Duration::from_secs(10);

@@ -1,5 +1,5 @@
 //! The exec id: the SandboxProcess UID, used as a directory name and socket path component.
-use crate::error::AgentError;
+use crate::shared::error::AgentError;
 
 /// Longest accepted id; keeps `<state>/procs/<id>/control.sock` under the 108-byte sun_path limit
 /// for state dirs of reasonable length.

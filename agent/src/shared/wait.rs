@@ -120,7 +120,7 @@ mod tests {
     /// Resets every signal to its default action, sends `sig` to ourselves; `_exit(3)` if we
     /// are still alive.
     unsafe fn raise_with_default_action(sig: i32) -> ! {
-        crate::signals::reset_to_default();
+        crate::shared::signals::reset_to_default();
         libc::syscall(libc::SYS_kill, libc::syscall(libc::SYS_getpid), sig);
         libc::_exit(3)
     }

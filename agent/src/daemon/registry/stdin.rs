@@ -4,10 +4,10 @@ use base64::Engine;
 use sandbox_api::wire::{StdinState, MAX_STDIN_WRITE};
 
 use super::Registry;
-use crate::control;
-use crate::error::AgentError;
-use crate::exec_id::ExecId;
-use crate::supervisor::Control;
+use crate::daemon::control_client;
+use crate::shared::control::Control;
+use crate::shared::error::AgentError;
+use crate::shared::exec_id::ExecId;
 
 impl Registry {
     /// Writes `data` at byte `offset` (then EOF when `close`); the answer is stdin's state after
@@ -44,7 +44,7 @@ impl Registry {
             data: base64::engine::general_purpose::STANDARD.encode(data),
             close,
         };
-        match control::request(&self.cfg.layout.control(&id), &req).await? {
+        match control_client::request(&self.cfg.layout.control(&id), &req).await? {
             Some(reply) => reply
                 .stdin
                 .ok_or_else(|| AgentError::Internal("supervisor reply without stdin".into())),

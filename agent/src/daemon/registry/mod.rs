@@ -20,14 +20,14 @@ use sandbox_api::wire::{ProcessRecord, WatchEvent};
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
-use crate::error::AgentError;
-use crate::exec_id::ExecId;
-use crate::follow::Follows;
-use crate::layout::Layout;
-use crate::record;
-use crate::runtime::version::Verdict;
-use crate::runtime::Lookup;
-use crate::spawn::{self, SpawnConfig};
+use crate::daemon::follow::Follows;
+use crate::daemon::runtime::version::Verdict;
+use crate::daemon::runtime::Lookup;
+use crate::daemon::spawn::{self, SpawnConfig};
+use crate::shared::error::AgentError;
+use crate::shared::exec_id::ExecId;
+use crate::shared::layout::Layout;
+use crate::shared::record;
 
 /// The API's bound on every duration ([`sandbox_api::wire::MAX_SECONDS`]), enforced again at the
 /// agent's door: the agent serves whoever holds the operator's token, not only the API server.
@@ -44,7 +44,7 @@ pub struct Config {
     /// Prefix under which container roots are visible (`/proc`; with hostPID the host's).
     pub proc_root: String,
     /// The node's output budget and the retention of finished output.
-    pub budget: crate::budget::Budget,
+    pub budget: crate::daemon::budget::Budget,
     pub budget_sweep: Duration,
     /// Most processes supervised at once on this node.
     pub max_processes: usize,

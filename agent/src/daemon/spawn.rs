@@ -8,8 +8,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::exec_id::ExecId;
-use crate::layout::Layout;
+use crate::shared::exec_id::ExecId;
+use crate::shared::layout::Layout;
 
 /// Which mount namespace supervisors run in.
 #[derive(Clone, Debug)]
@@ -152,7 +152,7 @@ pub fn spawn_supervisor(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std:
 
 /// Ends what is left of a lost supervisor's process tree (its cgroup), from the host's view.
 pub fn spawn_tree_reaper(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std::io::Result<u32> {
-    spawn(cfg, layout, id, Some(crate::supervisor::END_TREE))
+    spawn(cfg, layout, id, Some(crate::shared::launch::END_TREE))
 }
 
 fn spawn(
@@ -289,7 +289,7 @@ pub struct FileId {
 
 /// Collects exited supervisors that are our children (the agent never has other children).
 pub fn reap_exited() {
-    while let Ok(Some(_)) = crate::wait::reap_any() {}
+    while let Ok(Some(_)) = crate::shared::wait::reap_any() {}
 }
 
 /// Installs the supervisor binary under the state dir (content-addressed), so supervisors keep a

@@ -4,8 +4,8 @@ use std::fs;
 use std::path::PathBuf;
 
 use super::{ContainerInfo, CONTAINER_NAME_LABEL, POD_UID_LABEL};
-use crate::error::AgentError;
-use crate::procfs;
+use crate::shared::error::AgentError;
+use crate::shared::procfs;
 
 #[derive(Clone, Debug)]
 pub struct RuncStateLookup {

@@ -1,0 +1,22 @@
+//! The node agent process (`sandbox-agent serve`).
+//!
+//! - [`server`]: the HTTP API; [`auth`]: bearer tokens (TokenReview); [`tls`]: mutual TLS (its
+//!   certificate by CSR, the callers' CA bundle); [`api_server`]: the `kube::Client` they use.
+//! - [`registry`]: start once per exec id, supervision, stop; records, watch, caps.
+//! - [`runtime`]: finding a container (CRI or a runc state dir) and building the exec spec.
+//! - [`spawn`]: supervisors outside the agent's cgroup, in the host mount namespace;
+//!   [`control_client`]: requests to a supervisor's control socket.
+//! - [`budget`]: the node's output budget and the retention of finished output.
+//! - [`follow`]: log follows woken by the ledger (inotify), with caps.
+//! - [`metrics`]: Prometheus metrics (aggregates only) on their own listener.
+pub mod api_server;
+pub mod auth;
+pub mod budget;
+pub mod control_client;
+pub mod follow;
+pub mod metrics;
+pub mod registry;
+pub mod runtime;
+pub mod server;
+pub mod spawn;
+pub mod tls;

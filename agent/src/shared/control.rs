@@ -1,0 +1,63 @@
+//! The supervisor's control socket: one JSON request line, one JSON reply line. The supervisor
+//! serves it (`supervisor::stop`); the agent calls it (`daemon::control_client`).
+use sandbox_api::wire::{ErrorCode, StdinState};
+use serde::{Deserialize, Serialize};
+
+/// A request on the control socket (one JSON line; one JSON line back).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Control {
+    /// Stop sequence: `signal` to the group, SIGKILL after `grace_seconds`.
+    Stop { signal: i32, grace_seconds: u64 },
+    /// Deliver `signal` to the process group once.
+    Signal { signal: i32 },
+    /// Bytes for stdin starting at byte `offset` (base64), then EOF when `close`.
+    Stdin {
+        offset: u64,
+        #[serde(default)]
+        data: String,
+        #[serde(default)]
+        close: bool,
+    },
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ControlReply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The error's code, where it is not a malformed request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
+    /// Stdin after the request (stdin requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<StdinState>,
+}
+
+impl ControlReply {
+    pub(crate) fn of(r: std::result::Result<(), String>) -> ControlReply {
+        match r {
+            Ok(()) => ControlReply {
+                ok: true,
+                ..Default::default()
+            },
+            Err(e) => ControlReply {
+                ok: false,
+                error: Some(e),
+                ..Default::default()
+            },
+        }
+    }
+
+    pub(crate) fn with_stdin(s: StdinState) -> ControlReply {
+        ControlReply {
+            ok: true,
+            stdin: Some(s),
+            ..Default::default()
+        }
+    }
+}
+
+pub fn valid_signal(sig: i32) -> bool {
+    (1..=64).contains(&sig)
+}
