@@ -41,21 +41,58 @@ fn p90(v: &mut [f64]) -> f64 {
     v[(v.len() * 9 / 10).min(v.len() - 1)]
 }
 
+/// What every part of the bench shares: one runc root, one container, one agent.
+struct Bench {
+    base: std::path::PathBuf,
+    runc_root: std::path::PathBuf,
+    ctr: Container,
+    agent: Agent,
+    rounds: usize,
+    procs: usize,
+}
+
 #[tokio::main]
 async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` asks for a test list
     }
     require_root();
-    let rounds = env_usize("AGENTBENCH_ROUNDS", 30);
-    let procs = env_usize("AGENTBENCH_PROCS", 1000);
     let base = base_dir("bench");
     let runc_root = base.join(uniq("runc"));
-    let ctr = Container::start(&base, &runc_root, 0);
-    let agent = Agent::launch(&base, &runc_root, &[]);
-    println!("# agentbench: rounds={rounds} procs={procs}");
+    let b = Bench {
+        ctr: Container::start(&base, &runc_root, 0),
+        agent: Agent::launch(&base, &runc_root, &[]),
+        rounds: env_usize("AGENTBENCH_ROUNDS", 30),
+        procs: env_usize("AGENTBENCH_PROCS", 1000),
+        base,
+        runc_root,
+    };
+    println!("# agentbench: rounds={} procs={}", b.rounds, b.procs);
+    let bench_cgroups = start_to_running(&b).await;
+    exit_to_record(&b).await;
+    log_capture(&b).await;
+    let (_ctr3, ids, start_all) = start_many(&b).await;
+    supervisor_memory(&b, &ids, start_all).await;
+    stop_all(&b, &ids).await;
+    for cg in &bench_cgroups {
+        cg.remove();
+    }
+    let ctr5 = tree_stop(&b).await;
+    idle_follows(&b, &ctr5).await;
+}
 
-    // 1. start → running.
+/// Part 1: start → running: the agent vs bare `runc exec -d`, and the own-cgroup part of it. The
+/// bare cgroups are returned for removal once every process in them has ended.
+async fn start_to_running(b: &Bench) -> Vec<sandbox_agent::supervisor::cgroup::ProcessCgroup> {
+    let Bench {
+        base,
+        runc_root,
+        ctr,
+        agent,
+        rounds,
+        ..
+    } = b;
+    let rounds = *rounds;
     let spec = base.join("bare-process.json");
     let mut process: serde_json::Value =
         serde_json::from_slice(&std::fs::read(ctr.bundle.join("config.json")).unwrap()).unwrap();
@@ -76,17 +113,17 @@ async fn main() {
         let cg =
             sandbox_agent::supervisor::cgroup::ProcessCgroup::create(&dirs, &format!("bench-{i}"))
                 .unwrap();
-        let st = bare_exec(&runc_root, &ctr.id, &spec, &pidf, Some(&cg.name));
+        let st = bare_exec(runc_root, &ctr.id, &spec, &pidf, Some(&cg.name));
         bare_cg.push(t.elapsed().as_secs_f64() * 1e3);
         assert!(st.success());
         bench_cgroups.push(cg);
 
         let pidf = base.join(format!("bare-{i}.pid"));
         let t = Instant::now();
-        let st = bare_exec(&runc_root, &ctr.id, &spec, &pidf, None);
+        let st = bare_exec(runc_root, &ctr.id, &spec, &pidf, None);
         bare.push(t.elapsed().as_secs_f64() * 1e3);
         assert!(st.success());
-        let q = req(&ctr, &["sleep", "30"]);
+        let q = req(ctr, &["sleep", "30"]);
         let t = Instant::now();
         let r = agent.start(&q).await.unwrap();
         via_agent.push(t.elapsed().as_secs_f64() * 1e3);
@@ -109,7 +146,15 @@ async fn main() {
             .await;
     }
 
-    // 2. exit → record visible through the API (watch stream), measured from the exit itself.
+    bench_cgroups
+}
+
+/// Part 2: exit → record visible through the API (watch stream), measured from the exit itself.
+async fn exit_to_record(b: &Bench) {
+    let Bench {
+        ctr, agent, rounds, ..
+    } = b;
+    let rounds = *rounds;
     let resp = agent.watch().await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     tokio::spawn(async move {
@@ -135,7 +180,7 @@ async fn main() {
     });
     let mut lat = Vec::new();
     for _ in 0..rounds {
-        let r = agent.start(&req(&ctr, &["sleep", "0.3"])).await.unwrap();
+        let r = agent.start(&req(ctr, &["sleep", "0.3"])).await.unwrap();
         let fd = pidfd(r.host_pid.unwrap());
         let exited = tokio::task::spawn_blocking(move || {
             let mut p = [libc::pollfd {
@@ -164,12 +209,20 @@ async fn main() {
     println!(
         "| exit → record seen by a watcher (median of {rounds}) | {m:.2} ms | p90 {p:.2} ms |"
     );
+}
 
-    // 3. Log capture throughput: the same writer, agent ledger vs raw pipe → file on the host.
+/// Part 3: Log capture throughput: the same writer, agent ledger vs raw pipe → file on the host.
+async fn log_capture(b: &Bench) {
+    let Bench {
+        base,
+        runc_root,
+        agent,
+        ..
+    } = b;
     let mib = env_usize("AGENTBENCH_MIB", 256);
     let dd = format!("dd if=/dev/zero bs=65536 count={} 2>/dev/null", mib * 16);
     let raw_file = base.join("raw.out");
-    let ctr2 = Container::start(&base, &runc_root, 0);
+    let ctr2 = Container::start(base, runc_root, 0);
     let (mut raws, mut caps) = (Vec::new(), Vec::new());
     // Alternate the two, flushing dirty pages first, so neither pays for the other's writeback.
     for _ in 0..3 {
@@ -209,9 +262,20 @@ async fn main() {
     }
     let (rr, ar) = (median(&mut raws), median(&mut caps));
     println!("| log capture, {mib} MiB from dd (median of 3) | raw pipe→file {rr:.0} MiB/s | agent ledger {ar:.0} MiB/s | {:.0}% of raw |", 100.0 * ar / rr);
+}
 
-    // 4. Many concurrent sleeping processes; supervisor memory.
-    let ctr3 = Container::start(&base, &runc_root, 0);
+/// Part 4: Many concurrent sleeping processes, started 8 at a time in a container of their own
+/// (which must outlive them: its drop ends them), their exec ids and the time it took (s).
+async fn start_many(b: &Bench) -> (Container, Vec<String>, f64) {
+    let Bench {
+        base,
+        runc_root,
+        agent,
+        procs,
+        ..
+    } = b;
+    let procs = *procs;
+    let ctr3 = Container::start(base, runc_root, 0);
     let t = Instant::now();
     let mut ids = Vec::new();
     let mut batch = Vec::new();
@@ -246,9 +310,15 @@ async fn main() {
         assert_eq!((s, v["phase"].as_str()), (200, Some("Running")), "{v}");
         ids.push(v["execId"].as_str().unwrap().to_string());
     }
-    let start_all = t.elapsed().as_secs_f64();
+    (ctr3, ids, t.elapsed().as_secs_f64())
+}
+
+/// Part 4: The supervisors' memory with all of them running.
+async fn supervisor_memory(b: &Bench, ids: &[String], start_all: f64) {
+    let Bench { agent, procs, .. } = b;
+    let procs = *procs;
     let (mut rss, mut pss) = (Vec::new(), Vec::new());
-    for id in &ids {
+    for id in ids {
         let v: serde_json::Value = serde_json::from_slice(
             &std::fs::read(agent.state.join("procs").join(id).join("supervisor.json")).unwrap(),
         )
@@ -304,7 +374,12 @@ async fn main() {
         rss.iter().cloned().fold(0.0, f64::max),
         median(&mut pss),
     );
-    // Stop them all through the API and check each ended as Stopped.
+}
+
+/// Part 4: Stop them all through the API and check each ended as Stopped.
+async fn stop_all(b: &Bench, ids: &[String]) {
+    let Bench { agent, procs, .. } = b;
+    let procs = *procs;
     let mut stopped = 0;
     for chunk in ids.chunks(16) {
         let mut hs = Vec::new();
@@ -328,7 +403,7 @@ async fn main() {
             assert_eq!(h.await.unwrap(), 200);
         }
     }
-    for id in &ids {
+    for id in ids {
         let r = agent.wait_final(id, Duration::from_secs(120)).await;
         if r.end_reason == Some(sandbox_api::wire::EndReason::Stopped) {
             stopped += 1;
@@ -336,13 +411,18 @@ async fn main() {
     }
     println!("| stop all {procs} | {stopped} ended Stopped |");
     assert_eq!(stopped, procs);
-    for cg in &bench_cgroups {
-        cg.remove();
-    }
+}
 
-    // 5. Stop of a 100-process tree until the cgroup is empty.
+/// Part 5: Stop of a 100-process tree until its cgroup is empty: agent stop vs kill(-pgid).
+async fn tree_stop(b: &Bench) -> Container {
+    let Bench {
+        base,
+        runc_root,
+        agent,
+        ..
+    } = b;
     let tree = "i=0; while [ $i -lt 100 ]; do sleep 300 & i=$((i+1)); done; wait";
-    let ctr5 = Container::start(&base, &runc_root, 0);
+    let ctr5 = Container::start(base, runc_root, 0);
     let dirs5 = sandbox_agent::supervisor::cgroup::container_dirs(
         runc_root.to_str().unwrap(),
         &ctr5.id,
@@ -360,7 +440,7 @@ async fn main() {
         let pidf = base.join(format!("tree-{i}.pid"));
         let st = Command::new(runc())
             .arg("--root")
-            .arg(&runc_root)
+            .arg(runc_root)
             .args(["exec", "-d", "--cgroup", &cg.name, "--pid-file"])
             .arg(&pidf)
             .arg(&ctr5.id)
@@ -417,8 +497,13 @@ async fn main() {
         median(&mut to_record)
     );
 
-    // 6. Idle follows.
-    let quiet = agent.start(&req(&ctr5, &["sleep", "600"])).await.unwrap();
+    ctr5
+}
+
+/// Part 6: Agent CPU with 200 idle follows on one quiet process vs none.
+async fn idle_follows(b: &Bench, ctr5: &Container) {
+    let agent = &b.agent;
+    let quiet = agent.start(&req(ctr5, &["sleep", "600"])).await.unwrap();
     let hz = 100.0; // USER_HZ
     let t = cpu_ticks(agent.pid());
     tokio::time::sleep(Duration::from_secs(5)).await;

@@ -737,26 +737,7 @@ async fn logs_cursors_replay_follow() {
     assert!(text(&page, None).len() <= 20 && !text(&page, None).is_empty());
     // A limited read is not the end: it says where more follows, and reading on from there
     // page by page gives everything, then the real end.
-    let mut all = page.clone();
-    let mut pages = 1;
-    loop {
-        match all.last().unwrap() {
-            LogEvent::More { cursor } => {
-                let next = f
-                    .agent
-                    .logs(&r.exec_id, &format!("maxBytes=200&since={cursor}"))
-                    .await;
-                all.extend(next);
-                pages += 1;
-            }
-            LogEvent::End { record, .. } => {
-                assert!(record.is_some(), "the end of an exited process");
-                break;
-            }
-            e => panic!("a limited read ended with {e:?}"),
-        }
-        assert!(pages < 100);
-    }
+    let (all, pages) = read_on_in_pages(&f.agent, &r.exec_id, page).await;
     assert!(pages > 2, "{pages}");
     assert_eq!(text(&all, None), text(&events, None));
     // The end event tenants read carries no node PID.
@@ -768,23 +749,51 @@ async fn logs_cursors_replay_follow() {
     };
     assert_eq!(rec.host_pid, None);
     assert!(f.agent.record(&r.exec_id).await.host_pid.is_some());
-    // Bad cursor is a clear 400; a long one is echoed cut short.
+    bad_cursors_are_refused_naming_the_cause(&f, &r.exec_id, &events).await;
+}
+
+/// Reads on from a limited read's `More` cursor, 200 bytes a page, to the process's end: the
+/// events of every page and how many pages it took.
+async fn read_on_in_pages(agent: &Agent, id: &str, first: Vec<LogEvent>) -> (Vec<LogEvent>, usize) {
+    let mut all = first;
+    let mut pages = 1;
+    loop {
+        match all.last().unwrap() {
+            LogEvent::More { cursor } => {
+                let next = agent
+                    .logs(id, &format!("maxBytes=200&since={cursor}"))
+                    .await;
+                all.extend(next);
+                pages += 1;
+            }
+            LogEvent::End { record, .. } => {
+                assert!(record.is_some(), "the end of an exited process");
+                return (all, pages);
+            }
+            e => panic!("a limited read ended with {e:?}"),
+        }
+        assert!(pages < 100);
+    }
+}
+
+/// A bad cursor is a clear 400, a long one is echoed cut short, and a cursor of another process
+/// (`events` are the process `id`'s) is refused naming the cause, even where offsets coincide.
+async fn bad_cursors_are_refused_naming_the_cause(f: &Fx, id: &str, events: &[LogEvent]) {
     let (s, v) = f
         .agent
-        .get(&format!("/v1/processes/{}/logs?since=zz", r.exec_id))
+        .get(&format!("/v1/processes/{id}/logs?since=zz"))
         .await;
     assert_eq!(s, 400, "{v}");
     let long = "c".to_string() + &"9".repeat(5000);
     let (s, v) = f
         .agent
-        .get(&format!("/v1/processes/{}/logs?since={long}", r.exec_id))
+        .get(&format!("/v1/processes/{id}/logs?since={long}"))
         .await;
     let msg = v["message"].as_str().unwrap();
     assert!(
         s == 400 && msg.len() < 300 && msg.contains("not a cursor"),
         "{msg}"
     );
-    // A cursor of another process is refused naming the cause, even where offsets coincide.
     let other = f
         .agent
         .start(&req(
