@@ -90,3 +90,24 @@ pub async fn cluster(args: &[&str]) -> Result<String> {
     let script = crate::repo_root().join("e2e/cluster");
     ok(script.to_str().context("repository path")?, args).await
 }
+
+/// The chart deployed again (`e2e/deploy ARGS` with the images the suite built:
+/// SPO_DEPLOY_NO_BUILD=1); `helm --wait` bounds it at 5 min.
+pub async fn deploy(args: &[&str]) -> Result<String> {
+    let script = crate::repo_root().join("e2e/deploy");
+    let mut all = vec![
+        "SPO_DEPLOY_NO_BUILD=1",
+        script.to_str().context("repository path")?,
+    ];
+    all.extend_from_slice(args);
+    let out = run("env", &all, None, Duration::from_secs(330)).await?;
+    if !out.success() {
+        bail!(
+            "e2e/deploy {} failed ({:?}): {}",
+            args.join(" "),
+            out.code,
+            out.stderr
+        );
+    }
+    Ok(out.stdout)
+}

@@ -13,6 +13,7 @@ pub mod host;
 pub mod impersonate;
 pub mod manifests;
 pub mod metrics;
+pub mod nodes;
 pub mod ns;
 pub mod pods;
 pub mod release;
