@@ -92,7 +92,10 @@ impl TestNs {
         let live: Vec<&Proc> = all.iter().filter(|p| !p.zombie()).collect();
         anyhow::ensure!(live.is_empty(), "alive in pod {pod}: {live:?}");
         if !all.is_empty() {
-            let z: Vec<String> = all.iter().map(|p| format!("{} {}", p.pid, p.args)).collect();
+            let z: Vec<String> = all
+                .iter()
+                .map(|p| format!("{} {}", p.pid, p.args))
+                .collect();
             println!(
                 "note: pod {pod}: nothing alive; {} zombie(s) for its pid 1 to reap: {}",
                 all.len(),

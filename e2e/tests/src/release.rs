@@ -97,7 +97,11 @@ async fn pgrep(args: &[&str]) -> Result<Vec<u32>> {
     let mut all = vec!["-f"];
     all.extend_from_slice(args);
     let out = cmd::run("pgrep", &all, None, std::time::Duration::from_secs(10)).await?;
-    Ok(out.stdout.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    Ok(out
+        .stdout
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect())
 }
 
 /// The release's name (the chart's fullname) and its DaemonSet and Deployment.
@@ -144,7 +148,14 @@ pub async fn replace_agents(client: &Client) -> Result<()> {
     let before = pod_uids(client, "agent").await?;
     let sel = format!("{SELECTOR},app.kubernetes.io/component=agent");
     cmd::kubectl(&[
-        "-n", NAMESPACE, "delete", "pod", "-l", &sel, "--wait=true", "--timeout=60s",
+        "-n",
+        NAMESPACE,
+        "delete",
+        "pod",
+        "-l",
+        &sel,
+        "--wait=true",
+        "--timeout=60s",
     ])
     .await
     .context("deleting the agent pod")?;

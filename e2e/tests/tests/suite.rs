@@ -368,13 +368,23 @@ async fn tree_setsid_double_fork_daemon_stop_leaves_nothing() {
         t.pods([pod("tstop", None)]).await?;
         t.apply_sbp(sbp("tstop", "tstop", sh(DAEMON_STOP, json!({}))))
             .await?;
-        t.until_field("tstop", "/status/phase", "Running", 60).await?;
+        t.until_field("tstop", "/status/phase", "Running", 60)
+            .await?;
         // The root (sh exec'd into its last `sleep 300`) in its group; the setsid'd daemon
         // (also exec'd into sleep) and the sleep it double-forked in another.
         t.daemon_up("tstop", 3, 2).await?;
-        t.kubectl(&["patch", "sbp", "tstop", "--type=merge", "-p", r#"{"spec":{"stop":true}}"#])
+        t.kubectl(&[
+            "patch",
+            "sbp",
+            "tstop",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"stop":true}}"#,
+        ])
+        .await?;
+        let o = t
+            .until_field("tstop", "/status/phase", "Exited", 30)
             .await?;
-        let o = t.until_field("tstop", "/status/phase", "Exited", 30).await?;
         assert_eq!(exit_of(&o), "143/15/Stopped");
         t.nothing_left("tstop").await
     })
@@ -389,9 +399,15 @@ async fn tree_timeout_with_a_term_ignoring_daemon_leaves_nothing() {
         let spec = json!({"timeoutSeconds": 3, "terminationGracePeriodSeconds": 1});
         t.apply_sbp(sbp("ttimeout", "ttimeout", sh(DAEMON_TERM, spec)))
             .await?;
-        let o = t.until_field("ttimeout", "/status/phase", "Exited", 30).await?;
+        let o = t
+            .until_field("ttimeout", "/status/phase", "Exited", 30)
+            .await?;
         assert_eq!(
-            format!("{}/{}", field(&o, "/status/endReason"), field(&o, "/status/exit/timedOut")),
+            format!(
+                "{}/{}",
+                field(&o, "/status/endReason"),
+                field(&o, "/status/exit/timedOut")
+            ),
             "TimedOut/true"
         );
         // The code is the root's own (it exited 0 at once; the timeout ended what it left).
@@ -403,7 +419,10 @@ async fn tree_timeout_with_a_term_ignoring_daemon_leaves_nothing() {
             .await
             .context("the daemon never ran")?;
         t.nothing_left("ttimeout").await?;
-        println!("note: the daemon (pid {} in the pod, TERM ignored) is gone", pid.trim());
+        println!(
+            "note: the daemon (pid {} in the pod, TERM ignored) is gone",
+            pid.trim()
+        );
         Ok(())
     })
     .await;
@@ -417,7 +436,9 @@ async fn tree_delete_after_the_root_exited_leaves_nothing() {
         t.apply_sbp(sbp("tdelete", "tdelete", sh(DAEMON_DELETE, json!({}))))
             .await?;
         // The root is gone, the daemon runs on: still Running.
-        let o = t.until_field("tdelete", "/status/rootExited", "true", 30).await?;
+        let o = t
+            .until_field("tdelete", "/status/rootExited", "true", 30)
+            .await?;
         assert_eq!(field(&o, "/status/phase"), "Running");
         t.daemon_up("tdelete", 2, 1).await?;
         t.kubectl(&["delete", "sbp", "tdelete", "--timeout=60s"])
@@ -472,14 +493,20 @@ async fn tree_pids_limit_10_fork_fails_inside() {
     with_ns("suite-tpids", |t| async move {
         t.pods([pod("work", None)]).await?;
         let spec = json!({"resources": {"limits": {"pids": 10}}});
-        t.apply_sbp(sbp("tpids", "work", sh(FORK_LOOP, spec))).await?;
-        let o = t.until_field("tpids", "/status/phase", "Exited", 60).await?;
+        t.apply_sbp(sbp("tpids", "work", sh(FORK_LOOP, spec)))
+            .await?;
+        let o = t
+            .until_field("tpids", "/status/phase", "Exited", 60)
+            .await?;
         let tail = field(&o, "/status/output/tail");
         let forked = tail.lines().filter(|l| *l == "forked").count();
         // pids 10: the shell and at most 9 children at once; the rest of the 40 forks fail.
         let failure = tail.lines().find(|l| l.contains("can't fork"));
         ensure!(failure.is_some(), "no fork failure in the output");
-        ensure!((1..=9).contains(&forked), "{forked} children forked (limit 10 tasks)");
+        ensure!(
+            (1..=9).contains(&forked),
+            "{forked} children forked (limit 10 tasks)"
+        );
         println!(
             "note: {forked} of 40 forks succeeded; exit {}; {}",
             field(&o, "/status/exit/code"),
@@ -504,7 +531,10 @@ async fn tree_cpu_limit_200m_for_5_s_uses_about_1000_ms() {
         let ms = field(&o, "/status/usage/cpuTimeMillis");
         // 200m over 5 s ≈ 1000 ms of CPU (±30 %).
         let v: u64 = ms.parse().unwrap_or(0);
-        ensure!((700..=1300).contains(&v), "usage.cpuTimeMillis '{ms}', expected 700-1300");
+        ensure!(
+            (700..=1300).contains(&v),
+            "usage.cpuTimeMillis '{ms}', expected 700-1300"
+        );
         println!("note: usage.cpuTimeMillis {ms}");
         Ok(())
     })
@@ -517,13 +547,26 @@ async fn memory_limit_above_the_containers_is_invalid_resource_limits() {
     with_ns("suite-overlimit", |t| async move {
         t.pods([pod("tlimited", Some("64Mi"))]).await?;
         t.apply_sbps([
-            sbp("overlimit", "tlimited", json!({"command": ["true"],
-                "resources": {"limits": {"memory": "128Mi"}}})),
-            sbp("underlimit", "tlimited", sh("echo under", json!({
-                "resources": {"limits": {"memory": "32Mi"}}}))),
+            sbp(
+                "overlimit",
+                "tlimited",
+                json!({"command": ["true"],
+                "resources": {"limits": {"memory": "128Mi"}}}),
+            ),
+            sbp(
+                "underlimit",
+                "tlimited",
+                sh(
+                    "echo under",
+                    json!({
+                "resources": {"limits": {"memory": "32Mi"}}}),
+                ),
+            ),
         ])
         .await?;
-        let o = t.until_field("overlimit", "/status/phase", "Error", 60).await?;
+        let o = t
+            .until_field("overlimit", "/status/phase", "Error", 60)
+            .await?;
         assert_eq!(field(&o, "/status/error/code"), "InvalidResourceLimits");
         // It names the field and the container's own limit (64Mi).
         let msg = field(&o, "/status/error/message");
@@ -547,7 +590,13 @@ async fn memory_limit_above_the_containers_is_invalid_resource_limits() {
 
 /// The sha256 of `text` in hex, as `sha256sum | cut -c1-64` printed it.
 async fn sha256(text: &str) -> Result<String> {
-    let out = cmd::run("sha256sum", &[], Some(text.as_bytes()), Duration::from_secs(10)).await?;
+    let out = cmd::run(
+        "sha256sum",
+        &[],
+        Some(text.as_bytes()),
+        Duration::from_secs(10),
+    )
+    .await?;
     Ok(out.stdout.chars().take(64).collect())
 }
 
@@ -556,21 +605,41 @@ async fn sha256(text: &str) -> Result<String> {
 async fn where_is(t: &TestNs, secret: &str) -> Result<Vec<&'static str>> {
     let logs = |c: &str| {
         let sel = format!("{},app.kubernetes.io/component={c}", release::SELECTOR);
-        async move {
-            cmd::kubectl(&["-n", release::NAMESPACE, "logs", "-l", &sel, "--tail=-1"]).await
-        }
+        async move { cmd::kubectl(&["-n", release::NAMESPACE, "logs", "-l", &sel, "--tail=-1"]).await }
     };
-    let state = cmd::run("grep", &["-rqF", secret, "/var/lib/sandbox-agent"], None, Duration::from_secs(30))
-        .await?;
+    let state = cmd::run(
+        "grep",
+        &["-rqF", secret, "/var/lib/sandbox-agent"],
+        None,
+        Duration::from_secs(30),
+    )
+    .await?;
     let places = [
-        ("object", t.kubectl(&["get", "sbp", "envfrom", "-o", "yaml"]).await?),
-        ("describe", t.kubectl(&["describe", "sbp", "envfrom"]).await?),
+        (
+            "object",
+            t.kubectl(&["get", "sbp", "envfrom", "-o", "yaml"]).await?,
+        ),
+        (
+            "describe",
+            t.kubectl(&["describe", "sbp", "envfrom"]).await?,
+        ),
         ("events", t.kubectl(&["get", "events", "-o", "yaml"]).await?),
         ("operator-log", logs("operator").await?),
         ("agent-log", logs("agent").await?),
-        ("agent-state-dir", if state.success() { secret.to_string() } else { String::new() }),
+        (
+            "agent-state-dir",
+            if state.success() {
+                secret.to_string()
+            } else {
+                String::new()
+            },
+        ),
     ];
-    Ok(places.into_iter().filter(|(_, text)| text.contains(secret)).map(|(w, _)| w).collect())
+    Ok(places
+        .into_iter()
+        .filter(|(_, text)| text.contains(secret))
+        .map(|(w, _)| w)
+        .collect())
 }
 
 #[tokio::test]
@@ -652,8 +721,12 @@ spec:
 async fn pod_selector_picks_the_oldest_replica_stale_when_gone_pending_until_one_matches() {
     with_ns("suite-podsel", |t| async move {
         t.kubectl_apply(SELWEB).await?;
-        t.kubectl(&["rollout", "status", "deploy/selweb", "--timeout=120s"]).await?;
-        let pods = t.api::<Pod>().list(&ListParams::default().labels("app=selweb")).await?;
+        t.kubectl(&["rollout", "status", "deploy/selweb", "--timeout=120s"])
+            .await?;
+        let pods = t
+            .api::<Pod>()
+            .list(&ListParams::default().labels("app=selweb"))
+            .await?;
         let oldest = pods
             .items
             .iter()
@@ -661,36 +734,84 @@ async fn pod_selector_picks_the_oldest_replica_stale_when_gone_pending_until_one
             .min()
             .map(|(_, n)| n)
             .context("no selweb pod")?;
-        t.apply_sbp(by_selector("picked", json!({"app": "selweb"}), json!({"command": ["sleep", "30"]})))
+        t.apply_sbp(by_selector(
+            "picked",
+            json!({"app": "selweb"}),
+            json!({"command": ["sleep", "30"]}),
+        ))
+        .await?;
+        let o = t
+            .until_field("picked", "/status/phase", "Running", 60)
             .await?;
-        let o = t.until_field("picked", "/status/phase", "Running", 60).await?;
         assert_eq!(field(&o, "/status/podName"), oldest);
         let table = t.kubectl(&["get", "sbp", "picked"]).await?;
-        ensure!(table.contains(&oldest), "the POD column does not show {oldest}:\n{table}");
+        ensure!(
+            table.contains(&oldest),
+            "the POD column does not show {oldest}:\n{table}"
+        );
         // The chosen pod deleted: stale, and nothing runs in the other replicas.
-        t.kubectl(&["delete", "pod", &oldest, "--wait=false"]).await?;
-        let o = t.until_field("picked", "/status/error/code", "StaleProcessHandle", 60).await?;
+        t.kubectl(&["delete", "pod", &oldest, "--wait=false"])
+            .await?;
+        let o = t
+            .until_field("picked", "/status/error/code", "StaleProcessHandle", 60)
+            .await?;
         assert_eq!(field(&o, "/status/podName"), oldest);
         // No match: Pending PodNotFound, then it runs when a matching pod appears.
-        t.apply_sbp(by_selector("later", json!({"app": "sellater"}), json!({"command": ["hostname"]})))
-            .await?;
-        t.until("later", 30, "wait for a pod", |o| cond(o, "Ready").ends_with("/PodNotFound")).await?;
+        t.apply_sbp(by_selector(
+            "later",
+            json!({"app": "sellater"}),
+            json!({"command": ["hostname"]}),
+        ))
+        .await?;
+        t.until("later", 30, "wait for a pod", |o| {
+            cond(o, "Ready").ends_with("/PodNotFound")
+        })
+        .await?;
         let mut p = pod("sellater", None);
         p["metadata"]["labels"] = json!({"app": "sellater"});
         t.apply_pod(p).await?;
         let o = t.until_true("later", "Succeeded", 90).await?;
         assert_eq!(
-            format!("{}/{}", field(&o, "/status/podName"), field(&o, "/status/output/tail")),
+            format!(
+                "{}/{}",
+                field(&o, "/status/podName"),
+                field(&o, "/status/output/tail")
+            ),
             "sellater/sellater\n"
         );
         // exec on one pod only: a named process is fine, a selector is refused.
         let sa = format!("{}:onepod", t.name);
         for args in [
             &["create", "serviceaccount", "onepod"][..],
-            &["create", "role", "onepod-exec", "--verb=create,get", "--resource=pods/exec", "--resource-name=sellater"],
-            &["create", "role", "onepod-sbp", "--verb=create,get,list", "--resource=sandboxprocesses.sandbox.dev,pods"],
-            &["create", "rolebinding", "onepod-exec", "--role=onepod-exec", &format!("--serviceaccount={sa}")],
-            &["create", "rolebinding", "onepod-sbp", "--role=onepod-sbp", &format!("--serviceaccount={sa}")],
+            &[
+                "create",
+                "role",
+                "onepod-exec",
+                "--verb=create,get",
+                "--resource=pods/exec",
+                "--resource-name=sellater",
+            ],
+            &[
+                "create",
+                "role",
+                "onepod-sbp",
+                "--verb=create,get,list",
+                "--resource=sandboxprocesses.sandbox.dev,pods",
+            ],
+            &[
+                "create",
+                "rolebinding",
+                "onepod-exec",
+                "--role=onepod-exec",
+                &format!("--serviceaccount={sa}"),
+            ],
+            &[
+                "create",
+                "rolebinding",
+                "onepod-sbp",
+                "--role=onepod-sbp",
+                &format!("--serviceaccount={sa}"),
+            ],
         ] {
             t.kubectl(args).await?;
         }
@@ -698,11 +819,21 @@ async fn pod_selector_picks_the_oldest_replica_stale_when_gone_pending_until_one
         user.apply_sbp(sbp("named", "sellater", json!({"command": ["true"]})))
             .await
             .context("a named process in the one pod was refused")?;
-        let err = match user.apply_sbp(by_selector("bysel", json!({"app": "sellater"}), json!({"command": ["true"]}))).await {
+        let err = match user
+            .apply_sbp(by_selector(
+                "bysel",
+                json!({"app": "sellater"}),
+                json!({"command": ["true"]}),
+            ))
+            .await
+        {
             Ok(()) => anyhow::bail!("a selector was accepted with exec on one pod only"),
             Err(e) => format!("{e:?}"),
         };
-        ensure!(err.contains("may not create pods/exec on every pod"), "refusal: {err}");
+        ensure!(
+            err.contains("may not create pods/exec on every pod"),
+            "refusal: {err}"
+        );
         Ok(())
     })
     .await;
@@ -711,7 +842,10 @@ async fn pod_selector_picks_the_oldest_replica_stale_when_gone_pending_until_one
 /// e2e/tools/gitopscheck built (kstatus and Flux's CEL, in Go); its path.
 async fn gitopscheck() -> Result<String> {
     let cache = std::env::var("SPO_CACHE").unwrap_or_else(|_| {
-        format!("{}/.cache/sandbox-process-operator", std::env::var("HOME").unwrap_or_default())
+        format!(
+            "{}/.cache/sandbox-process-operator",
+            std::env::var("HOME").unwrap_or_default()
+        )
     });
     let bin = format!("{cache}/bin/gitopscheck");
     let dir = sandbox_e2e::repo_root().join("e2e/tools/gitopscheck");
@@ -729,42 +863,98 @@ async fn gitops_example_applied_and_kstatus_and_flux_cel_agree() {
         let bin = gitopscheck().await?;
         let root = sandbox_e2e::repo_root();
         t.pods([pod("work", None)]).await?;
-        t.kubectl(&["create", "secret", "generic", "gitops-web-token", "--from-literal=token=from-the-secret-tool"])
-            .await?;
+        t.kubectl(&[
+            "create",
+            "secret",
+            "generic",
+            "gitops-web-token",
+            "--from-literal=token=from-the-secret-tool",
+        ])
+        .await?;
         // As a GitOps tool would: kustomize build, apply (the image swapped for the local one).
-        let built = cmd::kubectl(&["kustomize", root.join("examples/gitops").to_str().context("path")?]).await?;
+        let built = cmd::kubectl(&[
+            "kustomize",
+            root.join("examples/gitops").to_str().context("path")?,
+        ])
+        .await?;
         let re = regex_lite::Regex::new(r"(?m)^( *)image: busybox:1.36$")?;
-        let yaml = re.replace_all(&built, "${1}image: localhost/sandbox-workload:e2e\n${1}imagePullPolicy: Never");
+        let yaml = re.replace_all(
+            &built,
+            "${1}image: localhost/sandbox-workload:e2e\n${1}imagePullPolicy: Never",
+        );
         t.kubectl_apply(&yaml).await?;
         let o = t.until_true("gitops-web-warmup", "Succeeded", 120).await?;
         assert_eq!(field(&o, "/status/output/tail"), "warmed up\n");
         // One of each: waiting for a pod (InProgress), running and ready (Current), failed.
         t.apply_sbps([
-            by_selector("gitops-waiting", json!({"app": "nothing-here"}), json!({"command": ["true"]})),
-            sbp("gitops-running", "work", json!({"command": ["sleep", "60"]})),
+            by_selector(
+                "gitops-waiting",
+                json!({"app": "nothing-here"}),
+                json!({"command": ["true"]}),
+            ),
+            sbp(
+                "gitops-running",
+                "work",
+                json!({"command": ["sleep", "60"]}),
+            ),
             sbp("gitops-failed", "work", sh("exit 9", json!({}))),
         ])
         .await?;
-        t.until_field("gitops-running", "/status/phase", "Running", 60).await?;
-        t.until_field("gitops-failed", "/status/phase", "Exited", 60).await?;
-        t.until("gitops-waiting", 60, "wait for a pod", |o| cond(o, "Ready").ends_with("/PodNotFound")).await?;
+        t.until_field("gitops-running", "/status/phase", "Running", 60)
+            .await?;
+        t.until_field("gitops-failed", "/status/phase", "Exited", 60)
+            .await?;
+        t.until("gitops-waiting", 60, "wait for a pod", |o| {
+            cond(o, "Ready").ends_with("/PodNotFound")
+        })
+        .await?;
         let list = t.kubectl(&["get", "sbp", "-o", "json"]).await?;
         let flux = root.join("examples/gitops/flux/kustomization.yaml");
-        let out = cmd::run(&bin, &[flux.to_str().context("path")?], Some(list.as_bytes()), Duration::from_secs(60)).await?;
+        let out = cmd::run(
+            &bin,
+            &[flux.to_str().context("path")?],
+            Some(list.as_bytes()),
+            Duration::from_secs(60),
+        )
+        .await?;
         ensure!(out.success(), "gitopscheck: {}", out.stderr);
-        let rows: Vec<Vec<&str>> = out.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
-        let bad: Vec<String> = rows.iter().filter(|r| r.len() != 3 || r[1] != r[2]).map(|r| r.join(" ")).collect();
-        ensure!(bad.is_empty(), "kstatus and the Flux CEL disagree: {}", bad.join("; "));
-        for (name, want) in [("gitops-web-warmup", "Current"), ("gitops-running", "Current"),
-            ("gitops-waiting", "InProgress"), ("gitops-failed", "Failed")] {
-            ensure!(rows.iter().any(|r| r[0] == name && r[1] == want), "expected '{name} {want}':\n{}", out.stdout);
+        let rows: Vec<Vec<&str>> = out
+            .stdout
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let bad: Vec<String> = rows
+            .iter()
+            .filter(|r| r.len() != 3 || r[1] != r[2])
+            .map(|r| r.join(" "))
+            .collect();
+        ensure!(
+            bad.is_empty(),
+            "kstatus and the Flux CEL disagree: {}",
+            bad.join("; ")
+        );
+        for (name, want) in [
+            ("gitops-web-warmup", "Current"),
+            ("gitops-running", "Current"),
+            ("gitops-waiting", "InProgress"),
+            ("gitops-failed", "Failed"),
+        ] {
+            ensure!(
+                rows.iter().any(|r| r[0] == name && r[1] == want),
+                "expected '{name} {want}':\n{}",
+                out.stdout
+            );
         }
         let mut counts = std::collections::BTreeMap::<&str, usize>::new();
         for r in &rows {
             *counts.entry(r[1]).or_default() += 1;
         }
         let counts: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        println!("note: {} SandboxProcesses judged alike by kstatus and the Flux CEL: {}", rows.len(), counts.join(" "));
+        println!(
+            "note: {} SandboxProcesses judged alike by kstatus and the Flux CEL: {}",
+            rows.len(),
+            counts.join(" ")
+        );
         Ok(())
     })
     .await;
@@ -775,21 +965,44 @@ async fn gitops_example_applied_and_kstatus_and_flux_cel_agree() {
 async fn agent_metrics_without_a_token_count_processes_and_name_none() {
     with_ns("suite-agentmetrics", |t| async move {
         t.pods([pod("work", None)]).await?;
-        t.apply_sbp(sbp("counted", "work", sh("exit 0", json!({})))).await?;
-        let o = t.until_field("counted", "/status/phase", "Exited", 60).await?;
+        t.apply_sbp(sbp("counted", "work", sh("exit 0", json!({}))))
+            .await?;
+        let o = t
+            .until_field("counted", "/status/phase", "Exited", 60)
+            .await?;
         // Node 1's agent: the one that ran this process (the pods are pinned there).
         let agent = release::node1_agent(&t.client).await?;
-        let ip = agent.status.and_then(|s| s.pod_ip).context("agent pod IP")?;
+        let ip = agent
+            .status
+            .and_then(|s| s.pod_ip)
+            .context("agent pod IP")?;
         let url = format!("http://{ip}:9090/metrics");
-        let text = reqwest::get(&url).await?.error_for_status()?.text().await.with_context(|| format!("no /metrics on {url}"))?;
-        let ours: Vec<&str> = text.lines().filter(|l| l.starts_with("sandbox_agent")).collect();
-        let exited = metrics::value(&text, r#"sandbox_agent_processes{phase="Exited"}"#).unwrap_or(0.0);
-        ensure!(exited >= 1.0, "no Exited processes counted:\n{}", ours.join("\n"));
-        let starts = metrics::value(&text, "sandbox_agent_start_duration_seconds_count").unwrap_or(0.0);
+        let text = reqwest::get(&url)
+            .await?
+            .error_for_status()?
+            .text()
+            .await
+            .with_context(|| format!("no /metrics on {url}"))?;
+        let ours: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("sandbox_agent"))
+            .collect();
+        let exited =
+            metrics::value(&text, r#"sandbox_agent_processes{phase="Exited"}"#).unwrap_or(0.0);
+        ensure!(
+            exited >= 1.0,
+            "no Exited processes counted:\n{}",
+            ours.join("\n")
+        );
+        let starts =
+            metrics::value(&text, "sandbox_agent_start_duration_seconds_count").unwrap_or(0.0);
         ensure!(starts >= 1.0, "no start latency:\n{}", ours.join("\n"));
         let uid = o.uid().context("uid")?;
         ensure!(!text.contains(&uid), "a process id is in the metrics");
-        println!("note: agent metrics: {exited} exited processes, {} series", ours.len());
+        println!(
+            "note: agent metrics: {exited} exited processes, {} series",
+            ours.len()
+        );
         Ok(())
     })
     .await;
@@ -803,28 +1016,56 @@ async fn every_sandbox_process_deletes_cleanly_while_the_operator_runs() {
         // Every phase an object can be deleted in: Exited, Running, Pending (no pod), Error.
         let mut all = Vec::new();
         for i in 0..20 {
-            all.push(sbp(&format!("done{i}"), "work", sh(&format!("exit {}", i % 3), json!({}))));
+            all.push(sbp(
+                &format!("done{i}"),
+                "work",
+                sh(&format!("exit {}", i % 3), json!({})),
+            ));
         }
         for i in 0..10 {
-            all.push(sbp(&format!("run{i}"), "work", json!({"command": ["sleep", "300"]})));
+            all.push(sbp(
+                &format!("run{i}"),
+                "work",
+                json!({"command": ["sleep", "300"]}),
+            ));
         }
         for i in 0..5 {
-            all.push(sbp(&format!("nopod{i}"), "absent", json!({"command": ["true"]})));
-            all.push(sbp(&format!("bad{i}"), "work", json!({"command": ["pwd"], "workingDir": "/does/not/exist"})));
+            all.push(sbp(
+                &format!("nopod{i}"),
+                "absent",
+                json!({"command": ["true"]}),
+            ));
+            all.push(sbp(
+                &format!("bad{i}"),
+                "work",
+                json!({"command": ["pwd"], "workingDir": "/does/not/exist"}),
+            ));
         }
         t.apply_sbps(all).await?;
         for i in 0..10 {
-            t.until_field(&format!("run{i}"), "/status/phase", "Running", 60).await?;
+            t.until_field(&format!("run{i}"), "/status/phase", "Running", 60)
+                .await?;
         }
         let t0 = Instant::now();
-        let out = cmd::run("kubectl", &["-n", &t.name, "delete", "sbp", "--all"], None, Duration::from_secs(180))
-            .await
-            .context("delete did not finish (finalizers)")?;
+        let out = cmd::run(
+            "kubectl",
+            &["-n", &t.name, "delete", "sbp", "--all"],
+            None,
+            Duration::from_secs(180),
+        )
+        .await
+        .context("delete did not finish (finalizers)")?;
         ensure!(out.success(), "delete: {}", out.stderr);
         let left = t.sbps().list(&ListParams::default()).await?.items.len();
         ensure!(left == 0, "left: {left}");
-        ensure!(t.count_procs("work", "sleep 300").await? == 0, "a process outlived its object");
-        println!("note: deleted every SandboxProcess (45) in {} s", t0.elapsed().as_secs());
+        ensure!(
+            t.count_procs("work", "sleep 300").await? == 0,
+            "a process outlived its object"
+        );
+        println!(
+            "note: deleted every SandboxProcess (45) in {} s",
+            t0.elapsed().as_secs()
+        );
         Ok(())
     })
     .await;

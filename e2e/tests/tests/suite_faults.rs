@@ -21,7 +21,9 @@ fn exit_of(o: &SandboxProcess) -> String {
 
 /// Seconds since the epoch of an RFC 3339 time as the API server writes it.
 fn epoch(rfc3339: &str) -> Result<i64> {
-    let t: k8s_openapi::jiff::Timestamp = rfc3339.parse().with_context(|| format!("time {rfc3339:?}"))?;
+    let t: k8s_openapi::jiff::Timestamp = rfc3339
+        .parse()
+        .with_context(|| format!("time {rfc3339:?}"))?;
     Ok(t.as_second())
 }
 
@@ -75,7 +77,11 @@ fn agent_ready_at(agent: &k8s_openapi::api::core::v1::Pod) -> Result<i64> {
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
         .context("the agent pod has no Ready condition")?;
     ensure!(c.status == "True", "node 1's agent is not Ready");
-    Ok(c.last_transition_time.as_ref().context("Ready without a time")?.0.as_second())
+    Ok(c.last_transition_time
+        .as_ref()
+        .context("Ready without a time")?
+        .0
+        .as_second())
 }
 
 /// The root has exited (code 5) and its child runs on when the agent goes; the child ends only
@@ -86,17 +92,22 @@ async fn agent_pod_deleted_while_a_root_exited_5_and_its_child_runs_then_exited_
     with_ns("suitef-agtree", |t| async move {
         t.pods([pod("work", None)]).await?;
         let script = "(while [ ! -e /tmp/agtree-go ]; do sleep 0.2; done) & exit 5";
-        t.apply_sbp(sbp("agtree", "work", sh(script, json!({})))).await?;
+        t.apply_sbp(sbp("agtree", "work", sh(script, json!({}))))
+            .await?;
         let running = |o: &SandboxProcess| {
             field(o, "/status/phase") == "Running" && field(o, "/status/rootExited") == "true"
         };
-        t.until("agtree", 60, "run on with its root exited", running).await?;
+        t.until("agtree", 60, "run on with its root exited", running)
+            .await?;
         release::replace_agents(&t.client).await?;
         // The new agent found it: still Running, root exited, its child alive.
-        t.until("agtree", 30, "run on with its root exited", running).await?;
+        t.until("agtree", 30, "run on with its root exited", running)
+            .await?;
         assert_eq!(t.count_procs("work", "sh -c (while").await?, 1);
         t.in_pod("work", &["touch", "/tmp/agtree-go"]).await?;
-        let o = t.until_field("agtree", "/status/phase", "Exited", 60).await?;
+        let o = t
+            .until_field("agtree", "/status/phase", "Exited", 60)
+            .await?;
         assert_eq!(exit_of(&o), "5//Exited");
         assert_eq!(t.count_procs("work", "sh -c (while").await?, 0);
         Ok(())
@@ -112,7 +123,17 @@ async fn new_operator_leads(client: &kube::Client, before: &[String]) -> Result<
     let after = loop {
         let after = release::pod_uids(client, "operator").await?;
         if !after.is_empty() && !after.iter().any(|u| before.contains(u)) {
-            let ready = cmd::kubectl(&["-n", release::NAMESPACE, "wait", "--for=condition=Ready", "pod", "-l", &sel, "--timeout=1s"]).await;
+            let ready = cmd::kubectl(&[
+                "-n",
+                release::NAMESPACE,
+                "wait",
+                "--for=condition=Ready",
+                "pod",
+                "-l",
+                &sel,
+                "--timeout=1s",
+            ])
+            .await;
             if ready.is_ok() {
                 break after;
             }
@@ -124,13 +145,24 @@ async fn new_operator_leads(client: &kube::Client, before: &[String]) -> Result<
     loop {
         let holder = release::lease_holder().await.unwrap_or_default();
         let pod = holder.split_once('/').map_or("", |(_, p)| p);
-        let uid = cmd::kubectl(&["-n", release::NAMESPACE, "get", "pod", pod, "-o", "jsonpath={.metadata.uid}"])
-            .await
-            .unwrap_or_default();
+        let uid = cmd::kubectl(&[
+            "-n",
+            release::NAMESPACE,
+            "get",
+            "pod",
+            pod,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .await
+        .unwrap_or_default();
         if after.contains(&uid) {
             return Ok(());
         }
-        ensure!(Instant::now() < deadline, "lease holder '{holder}' is not the new pod");
+        ensure!(
+            Instant::now() < deadline,
+            "lease holder '{holder}' is not the new pod"
+        );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
@@ -141,31 +173,67 @@ async fn operator_pod_deleted_mid_run_the_new_one_leads_and_adopts_once() {
     with_ns("suitef-operator", |t| async move {
         t.pods([pod("work", None)]).await?;
         let script = "echo $$ >> /tmp/adopt-pids; echo started; sleep 25; echo finished; exit 6";
-        t.apply_sbp(sbp("adopt", "work", sh(script, json!({})))).await?;
-        let o = t.until_field("adopt", "/status/phase", "Running", 60).await?;
+        t.apply_sbp(sbp("adopt", "work", sh(script, json!({}))))
+            .await?;
+        let o = t
+            .until_field("adopt", "/status/phase", "Running", 60)
+            .await?;
         let (started, pid) = (field(&o, "/status/startedAt"), field(&o, "/status/pid"));
         let before = release::pod_uids(&t.client, "operator").await?;
         let t0 = Instant::now();
         let sel = format!("{},app.kubernetes.io/component=operator", release::SELECTOR);
-        cmd::kubectl(&["-n", release::NAMESPACE, "delete", "pod", "-l", &sel, "--wait=false"]).await?;
+        cmd::kubectl(&[
+            "-n",
+            release::NAMESPACE,
+            "delete",
+            "pod",
+            "-l",
+            &sel,
+            "--wait=false",
+        ])
+        .await?;
         // Applied while the operator is being replaced: started once, by whichever operator leads.
         let script = "echo $$ >> /tmp/during-pids; sleep 15; exit 2";
-        t.apply_sbp(sbp("during", "work", sh(script, json!({})))).await?;
+        t.apply_sbp(sbp("during", "work", sh(script, json!({}))))
+            .await?;
         new_operator_leads(&t.client, &before).await?;
-        println!("note: the new operator pod leads {} s after the delete", t0.elapsed().as_secs());
-        t.until_field("during", "/status/phase", "Running", 60).await?;
+        println!(
+            "note: the new operator pod leads {} s after the delete",
+            t0.elapsed().as_secs()
+        );
+        t.until_field("during", "/status/phase", "Running", 60)
+            .await?;
         // While both still run: one process each.
         assert_eq!(t.count_procs("work", "sleep 25").await?, 1);
         assert_eq!(t.count_procs("work", "sleep 15").await?, 1);
-        let adopt = t.until_field("adopt", "/status/phase", "Exited", 60).await?;
-        let during = t.until_field("during", "/status/phase", "Exited", 60).await?;
+        let adopt = t
+            .until_field("adopt", "/status/phase", "Exited", 60)
+            .await?;
+        let during = t
+            .until_field("during", "/status/phase", "Exited", 60)
+            .await?;
         assert_eq!(exit_of(&adopt), "6//Exited");
         assert_eq!(exit_of(&during), "2//Exited");
         // Adopted, not restarted: same start and pid; the pid file has one line.
-        assert_eq!((field(&adopt, "/status/startedAt"), field(&adopt, "/status/pid")), (started, pid.clone()));
+        assert_eq!(
+            (
+                field(&adopt, "/status/startedAt"),
+                field(&adopt, "/status/pid")
+            ),
+            (started, pid.clone())
+        );
         assert_eq!(field(&adopt, "/status/output/tail"), "started\nfinished\n");
-        assert_eq!(t.in_pod("work", &["cat", "/tmp/adopt-pids"]).await?, format!("{pid}\n"));
-        assert_eq!(t.in_pod("work", &["cat", "/tmp/during-pids"]).await?.lines().count(), 1);
+        assert_eq!(
+            t.in_pod("work", &["cat", "/tmp/adopt-pids"]).await?,
+            format!("{pid}\n")
+        );
+        assert_eq!(
+            t.in_pod("work", &["cat", "/tmp/during-pids"])
+                .await?
+                .lines()
+                .count(),
+            1
+        );
         Ok(())
     })
     .await;
@@ -193,7 +261,14 @@ async fn stray_operator_started_by_hand_stands_by_and_writes_nothing() {
         let (log, token) = (dir.join("log"), dir.join("token"));
         std::fs::write(&token, "")?;
         let mut stray = tokio::process::Command::new(operator_binary())
-            .args(["--namespace", "spo-stray", "--identity", "stray", "--metrics-addr", "127.0.0.1:18091"])
+            .args([
+                "--namespace",
+                "spo-stray",
+                "--identity",
+                "stray",
+                "--metrics-addr",
+                "127.0.0.1:18091",
+            ])
             .arg("--agent-token-file")
             .arg(&token)
             .stdout(std::fs::File::create(&log)?)
@@ -225,14 +300,26 @@ async fn stands_by(
         if let Some(l) = read().lines().find(|l| l.contains("standing by")) {
             break l.to_string();
         }
-        ensure!(Instant::now() < deadline, "no 'standing by' line:\n{}", read());
+        ensure!(
+            Instant::now() < deadline,
+            "no 'standing by' line:\n{}",
+            read()
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let holder = release::lease_holder().await?;
-    ensure!(line.contains(&holder), "the line does not name the holder {holder}: {line}");
-    ensure!(holder.split('/').next() == Some(release::NAMESPACE), "lease held by '{holder}', not the release");
+    ensure!(
+        line.contains(&holder),
+        "the line does not name the holder {holder}: {line}"
+    );
+    ensure!(
+        holder.split('/').next() == Some(release::NAMESPACE),
+        "lease held by '{holder}', not the release"
+    );
     let metrics_text = || async {
-        let r = reqwest::get("http://127.0.0.1:18091/metrics").await?.error_for_status()?;
+        let r = reqwest::get("http://127.0.0.1:18091/metrics")
+            .await?
+            .error_for_status()?;
         anyhow::Ok(r.text().await?)
     };
     let text = metrics_text().await?;
@@ -243,11 +330,23 @@ async fn stands_by(
     );
     // A process applied now runs once, through the release, and the stray writes nothing.
     let script = "echo $$ >> /tmp/stray-pids; sleep 3; exit 4";
-    t.apply_sbp(sbp("stray", "work", sh(script, json!({})))).await?;
-    let o = t.until_field("stray", "/status/phase", "Exited", 60).await?;
+    t.apply_sbp(sbp("stray", "work", sh(script, json!({}))))
+        .await?;
+    let o = t
+        .until_field("stray", "/status/phase", "Exited", 60)
+        .await?;
     assert_eq!(exit_of(&o), "4//Exited");
-    assert_eq!(t.in_pod("work", &["cat", "/tmp/stray-pids"]).await?.lines().count(), 1);
-    let writes = metrics::sum(&metrics_text().await?, "sandbox_operator_status_writes_total");
+    assert_eq!(
+        t.in_pod("work", &["cat", "/tmp/stray-pids"])
+            .await?
+            .lines()
+            .count(),
+        1
+    );
+    let writes = metrics::sum(
+        &metrics_text().await?,
+        "sandbox_operator_status_writes_total",
+    );
     assert_eq!(writes, 0.0, "status writes by the stray operator");
     if let Some(status) = stray.try_wait()? {
         bail!("the stray operator exited ({status}):\n{}", read());
@@ -259,8 +358,16 @@ async fn stands_by(
 /// How many SandboxProcesses the scale check applies, and its time bound
 /// (SPO_SUITE_SCALE, SPO_SUITE_SCALE_SECONDS).
 fn scale() -> (usize, u64) {
-    let n = |k: &str, d| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-    (n("SPO_SUITE_SCALE", 200) as usize, n("SPO_SUITE_SCALE_SECONDS", 120))
+    let n = |k: &str, d| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    (
+        n("SPO_SUITE_SCALE", 200) as usize,
+        n("SPO_SUITE_SCALE_SECONDS", 120),
+    )
 }
 
 const SCALE_PODS: usize = 10;
@@ -270,11 +377,25 @@ fn scale_wrong(list: &[SandboxProcess]) -> Vec<String> {
     let mut bad = Vec::new();
     for o in list {
         let name = field(o, "/metadata/name");
-        let Some(i) = name.strip_prefix('n').and_then(|n| n.parse::<usize>().ok()) else { continue };
-        let got = (field(o, "/status/phase"), field(o, "/status/exit/code"), field(o, "/status/output/tail"),
-            cond(o, "Succeeded").split('/').next().unwrap_or_default().to_string());
-        let want = ("Exited".to_string(), (i % 7).to_string(), format!("n{i}\n"),
-            if i % 7 == 0 { "True" } else { "False" }.to_string());
+        let Some(i) = name.strip_prefix('n').and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        let got = (
+            field(o, "/status/phase"),
+            field(o, "/status/exit/code"),
+            field(o, "/status/output/tail"),
+            cond(o, "Succeeded")
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        );
+        let want = (
+            "Exited".to_string(),
+            (i % 7).to_string(),
+            format!("n{i}\n"),
+            if i % 7 == 0 { "True" } else { "False" }.to_string(),
+        );
         if got != want {
             bad.push(format!("{name}: {got:?}, want {want:?}"));
         }
@@ -326,11 +447,35 @@ async fn scale_200_over_10_pods_in_one_apply_every_exit_and_output_right_in_time
 async fn the_release_is_still_deployed_agent_and_operator_available() {
     let run = || async {
         let ns = release::NAMESPACE;
-        cmd::kubectl(&["-n", ns, "rollout", "status", &format!("ds/{}-agent", release::RELEASE), "--timeout=60s"]).await?;
-        cmd::kubectl(&["-n", ns, "wait", "--for=condition=Available", &format!("deploy/{}-operator", release::RELEASE), "--timeout=60s"]).await?;
-        let status = cmd::ok("helm", &["status", release::RELEASE, "-n", ns, "-o", "json"]).await?;
+        cmd::kubectl(&[
+            "-n",
+            ns,
+            "rollout",
+            "status",
+            &format!("ds/{}-agent", release::RELEASE),
+            "--timeout=60s",
+        ])
+        .await?;
+        cmd::kubectl(&[
+            "-n",
+            ns,
+            "wait",
+            "--for=condition=Available",
+            &format!("deploy/{}-operator", release::RELEASE),
+            "--timeout=60s",
+        ])
+        .await?;
+        let status = cmd::ok(
+            "helm",
+            &["status", release::RELEASE, "-n", ns, "-o", "json"],
+        )
+        .await?;
         let v: Value = serde_json::from_str(&status)?;
-        ensure!(v["info"]["status"] == "deployed", "helm status: {}", v["info"]["status"]);
+        ensure!(
+            v["info"]["status"] == "deployed",
+            "helm status: {}",
+            v["info"]["status"]
+        );
         anyhow::Ok(())
     };
     if let Err(e) = run().await {
