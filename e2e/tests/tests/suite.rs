@@ -647,8 +647,8 @@ async fn where_is(t: &TestNs, secret: &str) -> Result<Vec<&'static str>> {
 async fn env_value_from_secret_and_config_map_and_the_secret_nowhere_else() {
     with_ns("suite-envfrom", |t| async move {
         t.pods([pod("work", None)]).await?;
-        let secret = format!("spo-e2e-secret-{}", getrandom::u64()?);
-        let cm = format!("cm-value-{}", getrandom::u32()? % 100_000);
+        let secret = format!("spo-e2e-secret-{}", getrandom::u64().map_err(anyhow::Error::msg)?);
+        let cm = format!("cm-value-{}", getrandom::u32().map_err(anyhow::Error::msg)? % 100_000);
         t.kubectl(&["create", "secret", "generic", "creds", &format!("--from-literal=token={secret}")]).await?;
         t.kubectl(&["create", "configmap", "settings", &format!("--from-literal=mode={cm}")]).await?;
         let script = r#"printf %s "$TOKEN" | sha256sum | cut -c1-64; echo "MODE=$MODE"; echo "OPT=${OPT-unset}""#;
@@ -682,7 +682,7 @@ async fn env_value_from_secret_and_config_map_and_the_secret_nowhere_else() {
         let user = t.as_user(&format!("system:serviceaccount:{sa}")).await?;
         let sneaky = sbp("sneaky", "work", json!({"command": ["env"], "env": [
             {"name": "T", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}}]}));
-        let err = match user.apply_sbp(sneaky).await {
+        let err = match user.create_sbp(sneaky).await {
             Ok(()) => anyhow::bail!("created without get on the Secret"),
             Err(e) => format!("{e:?}"),
         };
@@ -816,11 +816,11 @@ async fn pod_selector_picks_the_oldest_replica_stale_when_gone_pending_until_one
             t.kubectl(args).await?;
         }
         let user = t.as_user(&format!("system:serviceaccount:{sa}")).await?;
-        user.apply_sbp(sbp("named", "sellater", json!({"command": ["true"]})))
+        user.create_sbp(sbp("named", "sellater", json!({"command": ["true"]})))
             .await
             .context("a named process in the one pod was refused")?;
         let err = match user
-            .apply_sbp(by_selector(
+            .create_sbp(by_selector(
                 "bysel",
                 json!({"app": "sellater"}),
                 json!({"command": ["true"]}),
@@ -850,9 +850,20 @@ async fn gitopscheck() -> Result<String> {
     let bin = format!("{cache}/bin/gitopscheck");
     let dir = sandbox_e2e::repo_root().join("e2e/tools/gitopscheck");
     let dir = dir.to_str().context("repository path")?;
-    cmd::ok("go", &["-C", dir, "build", "-o", &bin, "."])
-        .await
-        .context("building e2e/tools/gitopscheck failed")?;
+    // A cold module cache downloads cel-go and the Kubernetes libraries: minutes.
+    let out = cmd::run(
+        "go",
+        &["-C", dir, "build", "-o", &bin, "."],
+        None,
+        Duration::from_secs(600),
+    )
+    .await
+    .context("building e2e/tools/gitopscheck failed")?;
+    ensure!(
+        out.success(),
+        "building e2e/tools/gitopscheck failed: {}",
+        out.stderr
+    );
     Ok(bin)
 }
 
