@@ -1,7 +1,8 @@
 # The Rust end-to-end tests (e2e/tests, crate sandbox-e2e) run from a bash suite, after it has
 # built and deployed what they test (sourced after lib/suite.sh):
 #   rust_tests TEST [THREADS]   runs e2e/tests/tests/TEST.rs with --ignored against the cluster;
-#                               one "ok"/"FAIL" line per test (a failure's output indented),
+#                               one "ok"/"FAIL" line per test (a failure's output indented,
+#                               a passing test's "note: " lines too),
 #                               counted into lib/suite.sh's passed/failed
 # shellcheck shell=bash
 
@@ -14,16 +15,19 @@ rust_tests() {
   (cd "$root" && cargo build -q -p sandbox-e2e --tests 2>&1) >"$log" ||
     { failed=$((failed + 1)); echo "FAIL building e2e/tests"; sed 's/^/     | /' "$log" | tail -40; rm -f "$log"; return 0; }
   (cd "$root" && SPO_NODE1=$NODE1 RUST_BACKTRACE=0 cargo test -p sandbox-e2e --test "$test" -- --ignored \
-    --test-threads "$threads" 2>&1) >"$log" || rc=$?
+    --test-threads "$threads" --show-output 2>&1) >"$log" || rc=$?
   local summary
   summary=$(python3 - "$log" <<'PY'
 import re, sys
 log = open(sys.argv[1], errors="replace").read()
 results = re.findall(r"^test (\S+) \.\.\. (ok|FAILED)$", log, re.M)
-outputs = dict(re.findall(r"^---- (\S+) stdout ----\n(.*?)(?=^---- |^failures:$)", log, re.M | re.S))
+outputs = dict(re.findall(r"^---- (\S+) stdout ----\n(.*?)(?=^---- |^failures:$|^successes:$)", log, re.M | re.S))
 for name, res in results:
     if res == "ok":
         print(f"ok   {name}")
+        for l in outputs.get(name, "").splitlines():
+            if l.startswith("note: "):
+                print(f"     {l}")
     else:
         print(f"FAIL {name}")
         for l in outputs.get(name, "").rstrip().splitlines()[:80]:
