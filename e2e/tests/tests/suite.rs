@@ -603,9 +603,15 @@ async fn sha256(text: &str) -> Result<String> {
 /// The places besides the process where `secret` shows: the object, describe, Events, the
 /// operator's and the agent's logs, the agent's state dir on this host.
 async fn where_is(t: &TestNs, secret: &str) -> Result<Vec<&'static str>> {
+    // Whatever logs could be read: a pod of another node may come or go meanwhile (the
+    // cluster is shared), which makes `kubectl logs -l` fail for that pod only.
     let logs = |c: &str| {
         let sel = format!("{},app.kubernetes.io/component={c}", release::SELECTOR);
-        async move { cmd::kubectl(&["-n", release::NAMESPACE, "logs", "-l", &sel, "--tail=-1"]).await }
+        async move {
+            let args = ["-n", release::NAMESPACE, "logs", "-l", &sel, "--tail=-1"];
+            let out = cmd::run("kubectl", &args, None, Duration::from_secs(120)).await?;
+            anyhow::Ok(out.stdout)
+        }
     };
     let state = cmd::run(
         "grep",
