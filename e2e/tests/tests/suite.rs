@@ -722,6 +722,66 @@ spec:
       - {name: main, image: localhost/sandbox-workload:e2e, imagePullPolicy: Never, command: [sleep, "100000"]}
 "#;
 
+/// Someone with exec on one pod only: a named process there is fine, a selector is refused.
+async fn selector_needs_exec_on_every_pod(t: &TestNs) -> Result<()> {
+    // exec on one pod only: a named process is fine, a selector is refused.
+    let sa = format!("{}:onepod", t.name);
+    for args in [
+        &["create", "serviceaccount", "onepod"][..],
+        &[
+            "create",
+            "role",
+            "onepod-exec",
+            "--verb=create,get",
+            "--resource=pods/exec",
+            "--resource-name=sellater",
+        ],
+        &[
+            "create",
+            "role",
+            "onepod-sbp",
+            "--verb=create,get,list",
+            "--resource=sandboxprocesses.sandbox.dev,pods",
+        ],
+        &[
+            "create",
+            "rolebinding",
+            "onepod-exec",
+            "--role=onepod-exec",
+            &format!("--serviceaccount={sa}"),
+        ],
+        &[
+            "create",
+            "rolebinding",
+            "onepod-sbp",
+            "--role=onepod-sbp",
+            &format!("--serviceaccount={sa}"),
+        ],
+    ] {
+        t.kubectl(args).await?;
+    }
+    let user = t.as_user(&format!("system:serviceaccount:{sa}")).await?;
+    user.create_sbp(sbp("named", "sellater", json!({"command": ["true"]})))
+        .await
+        .context("a named process in the one pod was refused")?;
+    let err = match user
+        .create_sbp(by_selector(
+            "bysel",
+            json!({"app": "sellater"}),
+            json!({"command": ["true"]}),
+        ))
+        .await
+    {
+        Ok(()) => anyhow::bail!("a selector was accepted with exec on one pod only"),
+        Err(e) => format!("{e:?}"),
+    };
+    ensure!(
+        err.contains("may not create pods/exec on every pod"),
+        "refusal: {err}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 #[ignore = "needs the test cluster: run by e2e/suite"]
 async fn pod_selector_picks_the_oldest_replica_stale_when_gone_pending_until_one_matches() {
@@ -785,62 +845,7 @@ async fn pod_selector_picks_the_oldest_replica_stale_when_gone_pending_until_one
             ),
             "sellater/sellater\n"
         );
-        // exec on one pod only: a named process is fine, a selector is refused.
-        let sa = format!("{}:onepod", t.name);
-        for args in [
-            &["create", "serviceaccount", "onepod"][..],
-            &[
-                "create",
-                "role",
-                "onepod-exec",
-                "--verb=create,get",
-                "--resource=pods/exec",
-                "--resource-name=sellater",
-            ],
-            &[
-                "create",
-                "role",
-                "onepod-sbp",
-                "--verb=create,get,list",
-                "--resource=sandboxprocesses.sandbox.dev,pods",
-            ],
-            &[
-                "create",
-                "rolebinding",
-                "onepod-exec",
-                "--role=onepod-exec",
-                &format!("--serviceaccount={sa}"),
-            ],
-            &[
-                "create",
-                "rolebinding",
-                "onepod-sbp",
-                "--role=onepod-sbp",
-                &format!("--serviceaccount={sa}"),
-            ],
-        ] {
-            t.kubectl(args).await?;
-        }
-        let user = t.as_user(&format!("system:serviceaccount:{sa}")).await?;
-        user.create_sbp(sbp("named", "sellater", json!({"command": ["true"]})))
-            .await
-            .context("a named process in the one pod was refused")?;
-        let err = match user
-            .create_sbp(by_selector(
-                "bysel",
-                json!({"app": "sellater"}),
-                json!({"command": ["true"]}),
-            ))
-            .await
-        {
-            Ok(()) => anyhow::bail!("a selector was accepted with exec on one pod only"),
-            Err(e) => format!("{e:?}"),
-        };
-        ensure!(
-            err.contains("may not create pods/exec on every pod"),
-            "refusal: {err}"
-        );
-        Ok(())
+        selector_needs_exec_on_every_pod(&t).await
     })
     .await;
 }
