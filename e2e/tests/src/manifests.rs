@@ -75,6 +75,21 @@ impl TestNs {
         Ok(())
     }
 
+    /// Creates a SandboxProcess (from [`sbp`]) by POST, as `kubectl apply` does for a new
+    /// object: a user with `create` but no `patch` may do it.
+    pub async fn create_sbp(&self, o: Value) -> Result<()> {
+        let name = o["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let o: sandbox_api::crd::SandboxProcess = serde_json::from_value(o)?;
+        self.sbps()
+            .create(&kube::api::PostParams::default(), &o)
+            .await
+            .with_context(|| format!("creating sandboxprocess {name}"))?;
+        Ok(())
+    }
+
     /// Applies every SandboxProcess of `objects`, in order.
     pub async fn apply_sbps(&self, objects: impl IntoIterator<Item = Value>) -> Result<()> {
         for o in objects {

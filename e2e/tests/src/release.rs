@@ -103,3 +103,69 @@ async fn pgrep(args: &[&str]) -> Result<Vec<u32>> {
         .filter_map(|l| l.trim().parse().ok())
         .collect())
 }
+
+/// The release's name (the chart's fullname) and its DaemonSet and Deployment.
+pub const RELEASE: &str = "sandbox-process-operator";
+
+/// The UIDs of a component's pods, sorted: a replaced pod changes them.
+pub async fn pod_uids(client: &Client, component: &str) -> Result<Vec<String>> {
+    let mut uids: Vec<String> = pods(client, Some(component))
+        .await?
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    uids.sort();
+    Ok(uids)
+}
+
+/// The operator holding the cluster's one leader Lease, as NAMESPACE/POD.
+pub async fn lease_holder() -> Result<String> {
+    cmd::kubectl(&[
+        "-n",
+        "kube-system",
+        "get",
+        "lease",
+        "sandboxprocesses.sandbox.dev",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ])
+    .await
+}
+
+/// Node 1's agent pod (the one that runs the tests' processes: their pods are pinned there).
+pub async fn node1_agent(client: &Client) -> Result<Pod> {
+    let node = crate::node1();
+    pods(client, Some("agent"))
+        .await?
+        .into_iter()
+        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+        .with_context(|| format!("no agent pod on {node}"))
+}
+
+/// Deletes the agent pods (waiting until they are gone) and waits until the DaemonSet has
+/// recreated them; fails unless the pods are new ones.
+pub async fn replace_agents(client: &Client) -> Result<()> {
+    let before = pod_uids(client, "agent").await?;
+    let sel = format!("{SELECTOR},app.kubernetes.io/component=agent");
+    cmd::kubectl(&[
+        "-n",
+        NAMESPACE,
+        "delete",
+        "pod",
+        "-l",
+        &sel,
+        "--wait=true",
+        "--timeout=60s",
+    ])
+    .await
+    .context("deleting the agent pod")?;
+    let ds = format!("ds/{RELEASE}-agent");
+    cmd::kubectl(&["-n", NAMESPACE, "rollout", "status", &ds, "--timeout=120s"])
+        .await
+        .context("the DaemonSet did not recreate the agent")?;
+    let after = pod_uids(client, "agent").await?;
+    if after.is_empty() || after == before {
+        bail!("agent pod not replaced: {before:?} / {after:?}");
+    }
+    Ok(())
+}

@@ -53,3 +53,15 @@ impl TestNs {
         Ok(self.sbps().get(name).await?)
     }
 }
+
+impl TestNs {
+    /// Waits until condition `type_` has status True, as `kubectl wait --for=condition=TYPE`.
+    pub async fn until_true(&self, name: &str, type_: &str, secs: u64) -> Result<SandboxProcess> {
+        let t = type_.to_string();
+        self.until(name, secs, "have the condition True", move |o| {
+            crate::cond(o, &t).starts_with("True/")
+        })
+        .await
+        .map_err(|e| anyhow!("condition {type_}: {e:#}"))
+    }
+}
