@@ -376,8 +376,15 @@ fn signing(args: &Args) -> certs::signer::Signing {
         ),
         agent_selector: args.agent_selector.clone(),
         ca_secret: args.ca_secret.clone(),
+        external_bundle: external_bundle(args),
         validity: args.leaf_validity,
     }
+}
+
+/// `external` certificates: the agents' bundle the operator keeps every CA in (cert-manager
+/// replaces its CA at once), which the signer and the replicas wait on.
+fn external_bundle(args: &Args) -> Option<String> {
+    (args.certificates == CertMode::External).then(|| args.agent_bundle_configmap.clone())
 }
 
 fn trust_of(args: &Args, identity: &str) -> trust::Trust {
@@ -385,6 +392,7 @@ fn trust_of(args: &Args, identity: &str) -> trust::Trust {
         namespace: args.namespace.clone(),
         ca_secret: args.ca_secret.clone(),
         serving_secret: args.serving_secret.clone(),
+        external_bundle: external_bundle(args),
         identity: format!("sandbox-operator {}/{identity}", args.namespace),
         validity: args.leaf_validity,
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use super::AgentClient;
 use crate::pki::authority::{self, KeyCert};
-use crate::pki::{key_cert, split_pem, text};
+use crate::pki::{agent_bundle, key_cert, overlap, split_pem, text};
 
 /// How often the two Secrets are read.
 const POLL: Duration = Duration::from_secs(5);
@@ -24,6 +24,10 @@ pub struct Trust {
     pub namespace: String,
     pub ca_secret: String,
     pub serving_secret: String,
+    /// `external` mode: the agents' bundle ConfigMap, whose CAs (every CA seen until it expires)
+    /// are trusted too, and which a new CA must have settled in before our client certificate
+    /// moves to it (cert-manager moves the serving certificate only at its own renewal).
+    pub external_bundle: Option<String>,
     /// Our client certificate's common name.
     pub identity: String,
     pub validity: Duration,
@@ -37,11 +41,12 @@ struct Material {
 
 /// Keeps `agents` supplied, forever.
 pub async fn keep(client: Client, t: Trust, agents: AgentClient) {
-    let secrets: Api<Secret> = Api::namespaced(client, &t.namespace);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &t.namespace);
+    let cms: Api<ConfigMap> = Api::namespaced(client, &t.namespace);
     let mut current: Option<Material> = None;
     let mut said = false;
     loop {
-        match next(&secrets, &t, current.as_ref()).await {
+        match next(&secrets, &cms, &t, current.as_ref()).await {
             Ok(Some(m)) => match client_config(&m.bundle, &m.client)
                 .and_then(|cfg| agents.set_tls(cfg))
             {
@@ -67,6 +72,7 @@ pub async fn keep(client: Client, t: Trust, agents: AgentClient) {
 
 async fn next(
     secrets: &Api<Secret>,
+    cms: &Api<ConfigMap>,
     t: &Trust,
     current: Option<&Material>,
 ) -> anyhow::Result<Option<Material>> {
@@ -85,8 +91,18 @@ async fn next(
         .ok_or_else(|| anyhow::anyhow!("Secret {} has no tls.crt/tls.key (yet)", t.ca_secret))?;
     let serving_leaf = text(&serving, "tls.crt").unwrap_or_default();
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let (bundle, settled) = match &t.external_bundle {
+        None => (bundle, false),
+        Some(name) => {
+            let (published, at) = agent_bundle(cms.get_opt(name).await?.as_ref());
+            let all = overlap::union(&split_pem(&bundle), &published, now).concat();
+            (all, overlap::settled(&published, at, &ca.cert, now))
+        }
+    };
     let client = match current.map(|c| &c.client) {
-        Some(c) if keep_client(&c.cert, &ca.cert, &serving_leaf, &bundle, now) => c.clone(),
+        Some(c) if keep_client(&c.cert, &ca.cert, &serving_leaf, &bundle, settled, now) => {
+            c.clone()
+        }
         _ => authority::issue_client(&ca, &t.identity, t.validity, now)?,
     };
     let next = Material { bundle, client };
@@ -94,15 +110,23 @@ async fn next(
 }
 
 /// Pure: whether our client certificate stays. It moves to a new CA only once the serving
-/// certificate has (the leader's sign that the new bundle has had time to reach the agents).
-fn keep_client(client: &str, ca: &str, serving_leaf: &str, bundle: &str, now: i64) -> bool {
+/// certificate has (the leader's sign that the new bundle has had time to reach the agents) or,
+/// in external mode, once the CA has `settled` in the agents' bundle.
+fn keep_client(
+    client: &str,
+    ca: &str,
+    serving_leaf: &str,
+    bundle: &str,
+    settled: bool,
+    now: i64,
+) -> bool {
     let trusted = split_pem(bundle)
         .iter()
         .any(|c| authority::issued_by(client, c));
     if !trusted || authority::due(client, now) {
         return false;
     }
-    authority::issued_by(client, ca) || !authority::issued_by(serving_leaf, ca)
+    authority::issued_by(client, ca) || !(settled || authority::issued_by(serving_leaf, ca))
 }
 
 /// Trust exactly `bundle` for agent certificates; present `client`.
@@ -144,14 +168,38 @@ mod tests {
             .unwrap()
             .cert;
         let both = format!("{}{}", ca1.cert, ca0.cert);
-        assert!(keep_client(&c0, &ca0.cert, &leaf0, &ca0.cert, t0 + 60));
+        assert!(keep_client(
+            &c0,
+            &ca0.cert,
+            &leaf0,
+            &ca0.cert,
+            false,
+            t0 + 60
+        ));
         // A new CA, the serving certificate still on the old one: stay.
-        assert!(keep_client(&c0, &ca1.cert, &leaf0, &both, t0 + 60));
+        assert!(keep_client(&c0, &ca1.cert, &leaf0, &both, false, t0 + 60));
+        // External mode: the new CA settled in the agents' bundle: move, the serving
+        // certificate may stay on the old CA for weeks.
+        assert!(!keep_client(&c0, &ca1.cert, &leaf0, &both, true, t0 + 60));
         // The serving certificate moved: move too.
-        assert!(!keep_client(&c0, &ca1.cert, &leaf1, &both, t0 + 60));
+        assert!(!keep_client(&c0, &ca1.cert, &leaf1, &both, false, t0 + 60));
         // Due (2/3 of 10 minutes from t0-60), or its CA no longer trusted: renew.
-        assert!(!keep_client(&c0, &ca0.cert, &leaf0, &ca0.cert, t0 + 400));
-        assert!(!keep_client(&c0, &ca1.cert, &leaf0, &ca1.cert, t0 + 60));
+        assert!(!keep_client(
+            &c0,
+            &ca0.cert,
+            &leaf0,
+            &ca0.cert,
+            false,
+            t0 + 400
+        ));
+        assert!(!keep_client(
+            &c0,
+            &ca1.cert,
+            &leaf0,
+            &ca1.cert,
+            false,
+            t0 + 60
+        ));
         let cfg = client_config(
             &both,
             &authority::issue_client(&ca1, "op", 9 * MIN, t0).unwrap(),

@@ -4,8 +4,9 @@
 //! - `self` mode: the leader owns a CA ([`authority`]) and keeps two Secrets: the CA (with the
 //!   trusted bundle, the previous CA included during a rollover) and the serving certificate;
 //!   it publishes the bundle into the APIService's `caBundle`. Renewal at 2/3 of validity.
-//! - `external` mode (cert-manager): something else writes the serving Secret (`tls.crt`,
-//!   `tls.key`, `ca.crt`) and the APIService's `caBundle`; the operator only reads.
+//! - `external` mode (cert-manager): something else writes the CA and serving Secrets and the
+//!   APIService's `caBundle`; the operator publishes the agents' bundle, keeping every CA it saw
+//!   until it expires, since cert-manager replaces its CA with no overlap.
 //!
 //! Every replica reloads the serving Secret and the API server's request-header CA while it
 //! runs ([`reload`]): new connections get the new certificate, open ones keep theirs.
@@ -23,11 +24,10 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use crate::pki::authority::{self, Stored, Validity};
-use crate::pki::{key_cert, split_pem, text};
+use crate::pki::{agent_bundle, key_cert, overlap, split_pem, text};
 
 const FIELD_MANAGER: &str = "sandbox-operator-certs";
-/// On the CA Secret: when the current CA entered the bundle (unix seconds).
-pub(crate) const PUBLISHED_AT: &str = "sandbox.dev/ca-published-at";
+pub(crate) use crate::pki::PUBLISHED_AT;
 
 /// What the leader keeps.
 #[derive(Clone, Debug)]
@@ -113,43 +113,75 @@ pub async fn issue_once(client: &Client, s: &Issuing) -> anyhow::Result<()> {
             next
         }
     };
-    publish_agent_bundle(client, s, &state.bundle.concat()).await?;
+    // A rollover's mark only while the previous CA is still in the bundle, as the signer reads it.
+    let at = state.ca_published_at.filter(|_| state.bundle.len() > 1);
+    publish_agent_bundle(client, s, &state.bundle.concat(), at).await?;
     match &s.api_service {
         Some(name) => publish_bundle(client, name, &state.bundle.concat()).await,
         None => Ok(()),
     }
 }
 
-/// `external` mode: the bundle cert-manager put in the serving Secret, copied for the agents.
+/// `external` mode: the CAs cert-manager put in the CA and serving Secrets, published for the
+/// agents and the replicas with every CA seen before kept until it expires ([`overlap`]).
 pub async fn mirror_forever(client: Client, s: Issuing) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &s.namespace);
     loop {
-        let bundle = match secrets.get_opt(&s.serving_secret).await {
-            Ok(sec) => sec.as_ref().and_then(|c| text(c, "ca.crt")),
-            Err(e) => {
-                warn!(error = %e, "reading the serving Secret; will retry");
-                None
-            }
-        };
-        if let Some(b) = bundle.filter(|b| b.contains("BEGIN CERTIFICATE")) {
-            if let Err(e) = publish_agent_bundle(&client, &s, &b).await {
-                warn!(error = %e, "publishing the agents' CA bundle; will retry");
-            }
+        if let Err(e) = mirror_once(&client, &s).await {
+            warn!(error = %e, "publishing the agents' CA bundle; will retry");
         }
         tokio::time::sleep(s.tick()).await;
     }
 }
 
-/// The agents' copy of the bundle, when it differs (server-side apply, our field manager).
-async fn publish_agent_bundle(client: &Client, s: &Issuing, bundle: &str) -> anyhow::Result<()> {
+async fn mirror_once(client: &Client, s: &Issuing) -> anyhow::Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &s.namespace);
+    let mut seen = Vec::new();
+    for (name, keys) in [
+        (&s.ca_secret, &["tls.crt", "ca.crt"][..]),
+        (&s.serving_secret, &["ca.crt"][..]),
+    ] {
+        if let Some(sec) = secrets.get_opt(name).await? {
+            for k in keys {
+                seen.extend(text(&sec, k).map(|b| split_pem(&b)).unwrap_or_default());
+            }
+        }
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
+    let (kept, previous) = agent_bundle(cms.get_opt(&s.agent_bundle).await?.as_ref());
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let next = overlap::union(&seen, &kept, now);
+    if next.is_empty() {
+        return Ok(()); // nothing issued yet
+    }
+    let at = overlap::published_at(&next, &kept, previous, now);
+    publish_agent_bundle(client, s, &next.concat(), at).await
+}
+
+/// The agents' copy of the bundle, when it differs (server-side apply, our field manager), with
+/// when it last gained a CA (`PUBLISHED_AT`), which the signer and the replicas wait on.
+async fn publish_agent_bundle(
+    client: &Client,
+    s: &Issuing,
+    bundle: &str,
+    published_at: Option<i64>,
+) -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
-    let have = api
-        .get_opt(&s.agent_bundle)
-        .await?
-        .and_then(|c| c.data?.get("ca.crt").cloned());
-    if have.as_deref() == Some(bundle) {
+    let have = api.get_opt(&s.agent_bundle).await?;
+    let same = have.as_ref().is_some_and(|c| {
+        c.data
+            .as_ref()
+            .and_then(|d| d.get("ca.crt"))
+            .map(String::as_str)
+            == Some(bundle)
+            && agent_bundle(Some(c)).1 == published_at
+    });
+    if same {
         return Ok(());
     }
+    let annotations: BTreeMap<String, String> = published_at
+        .map(|t| (PUBLISHED_AT.to_string(), t.to_string()))
+        .into_iter()
+        .collect();
     let cm = serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -157,6 +189,7 @@ async fn publish_agent_bundle(client: &Client, s: &Issuing, bundle: &str) -> any
             "name": s.agent_bundle,
             "namespace": s.namespace,
             "labels": {"app.kubernetes.io/managed-by": "sandbox-operator"},
+            "annotations": annotations,
         },
         "data": {"ca.crt": bundle},
     });
@@ -166,7 +199,7 @@ async fn publish_agent_bundle(client: &Client, s: &Issuing, bundle: &str) -> any
         &Patch::Apply(&cm),
     )
     .await?;
-    info!(configmap = %s.agent_bundle, "agents' CA bundle published");
+    info!(configmap = %s.agent_bundle, cas = split_pem(bundle).len(), "agents' CA bundle published");
     Ok(())
 }
 

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
 };
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::ByteString;
 use kube::api::{ListParams, PostParams};
@@ -23,7 +23,8 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use crate::pki::authority::{self, KeyCert};
-use crate::pki::{agent_dns, key_cert, split_pem, text};
+use crate::pki::overlap::{self, RELOAD_MARGIN};
+use crate::pki::{agent_bundle, agent_dns, key_cert, split_pem, text};
 
 /// The signer name agents ask for (one for every release: the requester's identity tells them
 /// apart).
@@ -33,8 +34,6 @@ const USAGES: [&str; 3] = ["digital signature", "key encipherment", "server auth
 const NODE_NAME: &str = "authentication.kubernetes.io/node-name";
 const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
 const POD_UID: &str = "authentication.kubernetes.io/pod-uid";
-/// Replicas re-read the bundle every 5 s (`agent::trust`); a margin over that.
-const RELOAD_MARGIN: i64 = 12;
 
 /// What the leader signs with and for whom.
 #[derive(Clone, Debug)]
@@ -46,6 +45,9 @@ pub struct Signing {
     pub agent_selector: String,
     /// The Secret holding the CA (`tls.crt`, `tls.key`), in both certificate modes.
     pub ca_secret: String,
+    /// `external` mode: the agents' bundle ConfigMap, which a CA must be settled in before it
+    /// signs (cert-manager replaces the CA Secret's CA before anyone trusts the new one).
+    pub external_bundle: Option<String>,
     pub validity: Duration,
 }
 
@@ -269,7 +271,7 @@ async fn live_agent(
 }
 
 /// The CA, and when it entered the bundle if that was a rollover (mode self: the bundle still
-/// holds the previous CA).
+/// holds the previous CA; mode external: the agents' bundle gained it).
 async fn read_ca(client: &Client, s: &Signing) -> anyhow::Result<(KeyCert, Option<i64>)> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &s.namespace);
     let sec = secrets
@@ -278,6 +280,16 @@ async fn read_ca(client: &Client, s: &Signing) -> anyhow::Result<(KeyCert, Optio
         .ok_or_else(|| anyhow::anyhow!("CA Secret {} does not exist (yet)", s.ca_secret))?;
     let ca = key_cert(&sec, "tls.crt", "tls.key")
         .ok_or_else(|| anyhow::anyhow!("CA Secret {} has no tls.crt/tls.key (yet)", s.ca_secret))?;
+    if let Some(name) = &s.external_bundle {
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &s.namespace);
+        let (published, at) = agent_bundle(cms.get_opt(name).await?.as_ref());
+        anyhow::ensure!(
+            overlap::contains(&published, &ca.cert),
+            "the CA in Secret {} is not in the agents' bundle {name} yet",
+            s.ca_secret
+        );
+        return Ok((ca, at));
+    }
     let published = sec
         .metadata
         .annotations

@@ -1,11 +1,33 @@
 //! Certificate helpers shared by the operator's CA (`certs`) and its agent client (`agent`): the
-//! pure certificate authority ([`authority`]), PEM text out of Secrets, and the name an agent's
+//! pure certificate authority ([`authority`]), cert-manager mode's CA overlap ([`overlap`]), PEM text out of Secrets, and the name an agent's
 //! certificate carries. A leaf: it imports nothing else of the crate.
 pub mod authority;
+pub mod overlap;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use authority::KeyCert;
+
+/// On the CA Secret (self mode) and on the agents' bundle ConfigMap: when the bundle last gained a
+/// CA (unix seconds), i.e. when a rollover began.
+pub const PUBLISHED_AT: &str = "sandbox.dev/ca-published-at";
+
+/// The agents' bundle ConfigMap as published: its CAs (key `ca.crt`) and when it last gained one.
+pub fn agent_bundle(cm: Option<&ConfigMap>) -> (Vec<String>, Option<i64>) {
+    let Some(cm) = cm else { return (vec![], None) };
+    let cas = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .map(|b| split_pem(b))
+        .unwrap_or_default();
+    let at = cm
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PUBLISHED_AT)?.parse().ok());
+    (cas, at)
+}
 
 /// The DNS name an agent's certificate carries for its node.
 pub fn agent_dns(node: &str, namespace: &str) -> String {
