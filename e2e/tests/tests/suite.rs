@@ -878,6 +878,32 @@ async fn gitopscheck() -> Result<String> {
     Ok(bin)
 }
 
+/// examples/gitops applied as a GitOps tool would (its Secret made first): kustomize build, then
+/// apply, with the image swapped for the local one.
+async fn apply_gitops_example(t: &TestNs) -> Result<()> {
+    let root = sandbox_e2e::repo_root();
+    t.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "gitops-web-token",
+        "--from-literal=token=from-the-secret-tool",
+    ])
+    .await?;
+    let built = cmd::kubectl(&[
+        "kustomize",
+        root.join("examples/gitops").to_str().context("path")?,
+    ])
+    .await?;
+    let re = regex_lite::Regex::new(r"(?m)^( *)image: busybox:1.36$")?;
+    let yaml = re.replace_all(
+        &built,
+        "${1}image: localhost/sandbox-workload:e2e\n${1}imagePullPolicy: Never",
+    );
+    t.kubectl_apply(&yaml).await?;
+    Ok(())
+}
+
 #[tokio::test]
 #[ignore = "needs the test cluster: run by e2e/suite"]
 async fn gitops_example_applied_and_kstatus_and_flux_cel_agree() {
@@ -885,26 +911,7 @@ async fn gitops_example_applied_and_kstatus_and_flux_cel_agree() {
         let bin = gitopscheck().await?;
         let root = sandbox_e2e::repo_root();
         t.pods([pod("work", None)]).await?;
-        t.kubectl(&[
-            "create",
-            "secret",
-            "generic",
-            "gitops-web-token",
-            "--from-literal=token=from-the-secret-tool",
-        ])
-        .await?;
-        // As a GitOps tool would: kustomize build, apply (the image swapped for the local one).
-        let built = cmd::kubectl(&[
-            "kustomize",
-            root.join("examples/gitops").to_str().context("path")?,
-        ])
-        .await?;
-        let re = regex_lite::Regex::new(r"(?m)^( *)image: busybox:1.36$")?;
-        let yaml = re.replace_all(
-            &built,
-            "${1}image: localhost/sandbox-workload:e2e\n${1}imagePullPolicy: Never",
-        );
-        t.kubectl_apply(&yaml).await?;
+        apply_gitops_example(&t).await?;
         let o = t.until_true("gitops-web-warmup", "Succeeded", 120).await?;
         assert_eq!(field(&o, "/status/output/tail"), "warmed up\n");
         // One of each: waiting for a pod (InProgress), running and ready (Current), failed.
