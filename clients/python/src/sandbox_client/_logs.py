@@ -8,7 +8,7 @@ import json
 import socket
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ReadTimeoutError
@@ -75,23 +75,26 @@ class _Reader:
     def position(self) -> str:
         return _render_cursor(self.agent, self.skip)
 
+    def _query(self) -> List[Tuple[str, str]]:
+        """The next read's query, from where this one stands."""
+        # Positions count every event of both streams (a "+n" cursor is n bytes into the next
+        # event after the cursor, whatever its stream): a filtered read asks for both and
+        # filters here, so it steps over the events a position must count.
+        q = [("stream", "both")]
+        if self.follow:
+            q.append(("follow", "true"))
+        if self.agent is not None:
+            q.append(("since", self.agent))
+        if self.budget is not None:
+            q.append(("maxBytes", str(max(1, self.budget + self.skip))))
+        return q
+
     def events(self) -> Iterator[Tuple[str, Dict[str, Any], Tuple[Optional[str], int]]]:
         """(type, fields, start) per event; ``start`` is the position before a data event."""
         broken = unavailable = 0
         while not self.done:
-            # Positions count every event of both streams (a "+n" cursor is n bytes into the
-            # next event after the cursor, whatever its stream): a filtered read asks for both
-            # and filters here, so it steps over the events a position must count.
-            filter_here = self.stream != "both"
-            q = [("stream", "both" if filter_here else self.stream)]
-            if self.follow:
-                q.append(("follow", "true"))
-            if self.agent is not None:
-                q.append(("since", self.agent))
-            if self.budget is not None:
-                q.append(("maxBytes", str(max(1, self.budget + self.skip))))
             try:
-                resp = self.p._sandbox._raw("GET", self.p._path("log"), q, timeout=(30, self.silence))
+                resp = self.p._sandbox._raw("GET", self.p._path("log"), self._query(), timeout=(30, self.silence))
                 self.resp = resp
             except ApiError as e:
                 # A follow outlives a moment without an agent or API server (a restart, a rollout).
