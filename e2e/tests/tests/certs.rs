@@ -232,15 +232,15 @@ async fn runs(t: &TestNs, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Issuer of the certificate the agent on node 1 serves, as openssl prints it.
-async fn agent_issuer(r: &Release) -> Result<String> {
+/// A field (jsonpath) of the release's agent pod on node 1 (`extra` narrows the field selector).
+async fn node1_agent(r: &Release, extra: &str, jsonpath: &str) -> Result<String> {
     let sel = format!(
         "app.kubernetes.io/component=agent,app.kubernetes.io/instance={}",
         r.full
     );
-    let node = sandbox_e2e::node1();
-    let field_sel = format!("spec.nodeName={node},status.phase=Running");
-    let ip = cmd::kubectl(&[
+    let field_sel = format!("spec.nodeName={}{extra}", sandbox_e2e::node1());
+    let out = format!("jsonpath={{.items[0].{jsonpath}}}");
+    cmd::kubectl(&[
         "-n",
         &r.ns,
         "get",
@@ -250,9 +250,14 @@ async fn agent_issuer(r: &Release) -> Result<String> {
         "--field-selector",
         &field_sel,
         "-o",
-        "jsonpath={.items[0].status.podIP}",
+        &out,
     ])
-    .await?;
+    .await
+}
+
+/// Issuer of the certificate the agent on node 1 serves, as openssl prints it.
+async fn agent_issuer(r: &Release) -> Result<String> {
+    let ip = node1_agent(r, ",status.phase=Running", "status.podIP").await?;
     let script = format!(
         "openssl s_client -connect {ip}:9443 </dev/null 2>/dev/null | openssl x509 -noout -issuer"
     );
@@ -261,25 +266,7 @@ async fn agent_issuer(r: &Release) -> Result<String> {
 
 /// The agent on node 1 replaced with no certificate of its own: it asks for one by a CSR.
 async fn new_agent(r: &Release) -> Result<()> {
-    let sel = format!(
-        "app.kubernetes.io/component=agent,app.kubernetes.io/instance={}",
-        r.full
-    );
-    let node = sandbox_e2e::node1();
-    let field_sel = format!("spec.nodeName={node}");
-    let name = cmd::kubectl(&[
-        "-n",
-        &r.ns,
-        "get",
-        "pods",
-        "-l",
-        &sel,
-        "--field-selector",
-        &field_sel,
-        "-o",
-        "jsonpath={.items[0].metadata.name}",
-    ])
-    .await?;
+    let name = node1_agent(r, "", "metadata.name").await?;
     // Node 1 shares this host's filesystem: the agent's state dir (chart default) is here.
     let _ = std::fs::remove_dir_all(Path::new("/var/lib/sandbox-agent/tls"));
     cmd::kubectl(&[
@@ -329,6 +316,28 @@ async fn log_served(t: &TestNs, name: &str, secs: u64) -> Result<()> {
             _ => tokio::time::sleep(Duration::from_secs(1)).await,
         }
     }
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/certs"]
+async fn the_release_rerendered_for_cert_manager_runs_the_operator_as_the_certificates_reader() {
+    let (ns, full) = (env("SPO_CERTS_NS"), env("SPO_CERTS_FULL"));
+    let deploy = format!("{full}-operator");
+    let args = cmd::kubectl(&[
+        "-n",
+        &ns,
+        "get",
+        "deploy",
+        &deploy,
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].args}",
+    ])
+    .await
+    .unwrap();
+    assert!(
+        args.contains("--certificates=external"),
+        "the operator does not run with --certificates=external: {args}"
+    );
 }
 
 #[tokio::test]
