@@ -1,3 +1,5 @@
+#[cfg(feature = "crd")]
+pub mod admission;
 pub mod apply;
 #[cfg(feature = "crd")]
 pub mod convert;

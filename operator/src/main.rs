@@ -90,6 +90,10 @@ struct Args {
     ca_secret: String,
     #[arg(long, default_value = "v1alpha1.subresources.sandbox.dev")]
     api_service: String,
+    /// The MutatingWebhookConfiguration served by the subresource API's server, whose
+    /// `caBundle` the operator publishes (`self` mode); none when empty.
+    #[arg(long, default_value = "")]
+    mutating_webhook: String,
     /// DNS names of the serving certificate (the Service's), comma-separated.
     #[arg(long, value_delimiter = ',')]
     serving_dns: Vec<String>,
@@ -352,6 +356,8 @@ fn issuing(args: &Args) -> certs::Issuing {
             .subresources_addr
             .is_some()
             .then(|| args.api_service.clone()),
+        webhook: (args.subresources_addr.is_some() && !args.mutating_webhook.is_empty())
+            .then(|| args.mutating_webhook.clone()),
         // Without the subresource API the serving certificate is only the CA's companion (its
         // issuer tells the replicas which CA is out): any stable name does.
         dns: if args.serving_dns.is_empty() {

@@ -161,11 +161,23 @@ impl Release {
         Ok(())
     }
 
-    /// cainjector's move: the APIService trusts `ca`.
+    /// cainjector's move: the APIService and the quantity webhook trust `ca`.
     async fn inject(&self, ca: &Pair) -> Result<()> {
         let b = base64::engine::general_purpose::STANDARD.encode(&ca.cert);
         let patch = json!({"spec": {"caBundle": b}}).to_string();
         cmd::kubectl(&["patch", "apiservice", APISVC, "--type=merge", "-p", &patch]).await?;
+        let hook = format!("{}-quantities", self.full);
+        let patch = json!([{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": b}]);
+        let patch = patch.to_string();
+        let args = [
+            "patch",
+            "mutatingwebhookconfiguration",
+            &hook,
+            "--type=json",
+            "-p",
+            &patch,
+        ];
+        cmd::kubectl(&args).await?;
         Ok(())
     }
 

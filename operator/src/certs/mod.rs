@@ -16,6 +16,7 @@ pub mod signer;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use k8s_openapi::ByteString;
@@ -37,6 +38,8 @@ pub struct Issuing {
     pub serving_secret: String,
     /// The APIService whose `caBundle` carries the bundle (none without the subresource API).
     pub api_service: Option<String>,
+    /// The MutatingWebhookConfiguration served by the same server (none without it).
+    pub webhook: Option<String>,
     /// The serving certificate's names (the Service's DNS names).
     pub dns: Vec<String>,
     /// The ConfigMap (key `ca.crt`) the agents read the bundle from, to verify our client
@@ -116,6 +119,9 @@ pub async fn issue_once(client: &Client, s: &Issuing) -> anyhow::Result<()> {
     // A rollover's mark only while the previous CA is still in the bundle, as the signer reads it.
     let at = state.ca_published_at.filter(|_| state.bundle.len() > 1);
     publish_agent_bundle(client, s, &state.bundle.concat(), at).await?;
+    if let Some(name) = &s.webhook {
+        publish_webhook_bundle(client, name, &state.bundle.concat()).await?;
+    }
     match &s.api_service {
         Some(name) => publish_bundle(client, name, &state.bundle.concat()).await,
         None => Ok(()),
@@ -255,6 +261,35 @@ async fn publish_bundle(client: &Client, name: &str, bundle: &str) -> anyhow::Re
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     info!(apiservice = name, "caBundle published");
+    Ok(())
+}
+
+/// Every webhook's `caBundle` in the MutatingWebhookConfiguration, when it differs.
+async fn publish_webhook_bundle(client: &Client, name: &str, bundle: &str) -> anyhow::Result<()> {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let current = api.get(name).await?;
+    let ops: Vec<serde_json::Value> = (current.webhooks.iter().flatten().enumerate())
+        .filter(|(_, w)| {
+            w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(bundle.as_bytes())
+        })
+        .map(|(i, _)| {
+            serde_json::json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"),
+                "value": ByteString(bundle.as_bytes().to_vec())})
+        })
+        .collect();
+    if ops.is_empty() {
+        return Ok(());
+    }
+    // The index test guards against a reorder between our GET and this PATCH.
+    let mut guarded = vec![
+        serde_json::json!({"op": "test", "path": "/metadata/resourceVersion",
+        "value": current.metadata.resource_version}),
+    ];
+    guarded.extend(ops);
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(guarded))?;
+    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await?;
+    info!(webhook = name, "caBundle published");
     Ok(())
 }
 

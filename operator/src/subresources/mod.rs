@@ -15,6 +15,9 @@
 //!   → `{"ready": R, "message": M}`: one port check from inside the pod's network namespace
 //!   (clients' `waitForPort`). Needs `get` on the object and `create pods/exec` on its pod.
 //!
+//! - `POST /mutate/sandboxprocesses`: the mutating admission webhook that rewrites a quantity
+//!   written as a number (`cpu: 1.5`) as its text ([`mutate`]).
+//!
 //! Users reach it only through the API server (`kubectl get --raw`, `kubectl sandbox logs`), which
 //! authenticates them and checks RBAC on `sandboxprocesses/log` (verb `get`) or
 //! `sandboxprocesses/signal` (`create`) in `subresources.sandbox.dev`. We then check, with a
@@ -32,6 +35,7 @@ mod error;
 pub mod frontproxy;
 mod locate;
 mod log;
+pub mod mutate;
 mod probe;
 pub mod relay;
 mod server;
@@ -72,6 +76,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route(&format!("{process}/log"), get(log::log))
         .route(&format!("{process}/signal"), post(signal::signal))
         .route(&format!("{process}/probe"), post(probe::probe))
+        .route(mutate::PATH, post(mutate::mutate))
         .route(
             &format!("{process}/stdin"),
             post(stdin::stdin)
