@@ -489,6 +489,13 @@ mod tests {
                 "resources.limits.cpu",
                 ErrorCode::InvalidResourceLimits,
             ),
+        ]
+    }
+
+    /// `securityContext` requests the door refuses (whether the container allows the user is
+    /// the agent's judgement, later).
+    fn user_cases() -> Vec<(StartRequest, &'static str, ErrorCode)> {
+        vec![
             (
                 as_user(SecurityContext {
                     run_as_user: Some(MAX_ID + 1),
@@ -527,7 +534,7 @@ mod tests {
 
     #[test]
     fn the_door_names_the_field_and_code() {
-        for (r, field, code) in door_cases() {
+        for (r, field, code) in door_cases().into_iter().chain(user_cases()) {
             let v = start(r.clone()).expect_err(field);
             assert_eq!((v.field.as_str(), v.code), (field, code), "{r:?}: {v}");
             assert!(v.to_string().starts_with(&format!("spec.{field}: ")));

@@ -815,39 +815,42 @@ fn extreme_numbers_are_refused_by_name_or_reach_the_agent_intact() {
                     e.field.starts_with(field.split('.').next().unwrap()),
                     "{yaml}: {e}"
                 ),
-                Ok(()) => {
-                    let q = start_request(&s, target(), &Default::default()).unwrap();
-                    let max = MAX_SECONDS as u64;
-                    assert!(
-                        q.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
-                        "{yaml}"
-                    );
-                    assert!(q.grace_seconds <= max, "{yaml}");
-                    assert!((1..=64).contains(&q.stop_signal), "{yaml}");
-                    if let Some(r) = &q.readiness {
-                        assert!(
-                            r.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
-                            "{yaml}"
-                        );
-                        assert!((10..=3_600_000).contains(&r.period_millis), "{yaml}");
-                        match &r.probe {
-                            crate::wire::ProbeKind::TcpSocket { port }
-                            | crate::wire::ProbeKind::HttpGet { port, .. } => {
-                                assert!(*port >= 1, "{yaml}")
-                            }
-                            _ => {}
-                        }
-                    }
-                    assert!(s
-                        .ttl_seconds_after_finished
-                        .is_none_or(|t| (0..=MAX_SECONDS).contains(&t)));
-                    if let Some(sc) = &q.security_context {
-                        let ids = [sc.run_as_user, sc.run_as_group].into_iter().flatten();
-                        let max = crate::wire::MAX_ID;
-                        assert!(ids.chain(sc.supplemental_groups.clone()).all(|i| i <= max));
-                    }
-                }
+                Ok(()) => reaches_the_agent_intact(&yaml, &s),
             }
         }
+    }
+}
+
+/// What the validator let through is within the agent's bounds on the start request.
+fn reaches_the_agent_intact(yaml: &str, s: &SandboxProcessSpec) {
+    let q = start_request(s, target(), &Default::default()).unwrap();
+    let max = MAX_SECONDS as u64;
+    assert!(
+        q.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
+        "{yaml}"
+    );
+    assert!(q.grace_seconds <= max, "{yaml}");
+    assert!((1..=64).contains(&q.stop_signal), "{yaml}");
+    if let Some(r) = &q.readiness {
+        assert!(
+            r.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
+            "{yaml}"
+        );
+        assert!((10..=3_600_000).contains(&r.period_millis), "{yaml}");
+        match &r.probe {
+            crate::wire::ProbeKind::TcpSocket { port }
+            | crate::wire::ProbeKind::HttpGet { port, .. } => {
+                assert!(*port >= 1, "{yaml}")
+            }
+            _ => {}
+        }
+    }
+    assert!(s
+        .ttl_seconds_after_finished
+        .is_none_or(|t| (0..=MAX_SECONDS).contains(&t)));
+    if let Some(sc) = &q.security_context {
+        let ids = [sc.run_as_user, sc.run_as_group].into_iter().flatten();
+        let max = crate::wire::MAX_ID;
+        assert!(ids.chain(sc.supplemental_groups.clone()).all(|i| i <= max));
     }
 }
