@@ -72,6 +72,10 @@ pub fn start_request(
             Some(l) => Some(l.to_wire()?),
         },
         stdin: spec.stdin,
+        security_context: match &spec.security_context {
+            None => None,
+            Some(sc) => Some(sc.to_wire()?),
+        },
     })
 }
 
@@ -180,6 +184,7 @@ impl ErrorCode {
             W::ProcessLost => ErrorCode::ProcessLost,
             W::OperationInterrupted => ErrorCode::OperationInterrupted,
             W::AgentUnavailable => ErrorCode::AgentUnavailable,
+            W::UserNotPermitted => ErrorCode::UserNotPermitted,
             W::InvalidRequest
             | W::Unauthorized
             | W::Internal

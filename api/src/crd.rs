@@ -64,6 +64,7 @@ pub use crate::wire_rules::{MAX_ARGS, MAX_ARG_LEN, MAX_ENV, MAX_PATH_LEN};
     {"rule": "has(self.podSelector) == has(oldSelf.podSelector) && (!has(self.podSelector) || self.podSelector == oldSelf.podSelector)", "message": "podSelector is immutable", "fieldPath": ".podSelector"},
     {"rule": "has(self.container) == has(oldSelf.container) && (!has(self.container) || self.container == oldSelf.container)", "message": "container is immutable", "fieldPath": ".container"},
     {"rule": "self.command == oldSelf.command", "message": "command is immutable", "fieldPath": ".command"},
+    {"rule": "has(self.securityContext) == has(oldSelf.securityContext) && (!has(self.securityContext) || self.securityContext == oldSelf.securityContext)", "message": "securityContext is immutable", "fieldPath": ".securityContext"},
     {"rule": "has(self.workingDir) == has(oldSelf.workingDir) && (!has(self.workingDir) || self.workingDir == oldSelf.workingDir)", "message": "workingDir is immutable", "fieldPath": ".workingDir"},
     {"rule": "has(self.env) == has(oldSelf.env) && (!has(self.env) || self.env == oldSelf.env)", "message": "env is immutable", "fieldPath": ".env"},
     {"rule": "has(self.timeoutSeconds) == has(oldSelf.timeoutSeconds) && (!has(self.timeoutSeconds) || self.timeoutSeconds == oldSelf.timeoutSeconds)", "message": "timeoutSeconds is immutable", "fieldPath": ".timeoutSeconds"},
@@ -121,6 +122,13 @@ pub struct SandboxProcessSpec {
     #[schemars(length(max = 256))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub env: Vec<EnvVar>,
+
+    /// The user and groups the process runs as (`runAsUser`, `runAsGroup`,
+    /// `supplementalGroups`, `runAsNonRoot`, as in a Pod container's `securityContext`), never
+    /// more privilege than the container's own process has. Default: the container's user.
+    /// Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContextSpec>,
 
     /// Lifetime in seconds (1–2147483647); on expiry the process is stopped
     /// (`endReason: TimedOut`).
@@ -514,8 +522,10 @@ pub struct LogMatchProbe {
     pub stream: LogStream,
 }
 
+mod security;
 mod state;
 mod status;
+pub use security::SecurityContextSpec;
 pub use state::{Exit, NoExit};
 pub use status::*;
 

@@ -122,11 +122,15 @@ fn selector(sel: &PodSelector) -> Result<(), Violation> {
 /// The rules only the API server can check, between an object and its previous version: every
 /// field except `stop` and `ttlSecondsAfterFinished` is immutable.
 pub fn spec_update(new: &SandboxProcessSpec, old: &SandboxProcessSpec) -> Result<(), Violation> {
-    let immutable: [(&str, bool); 13] = [
+    let immutable: [(&str, bool); 14] = [
         ("podName", new.pod_name == old.pod_name),
         ("podSelector", new.pod_selector == old.pod_selector),
         ("container", new.container == old.container),
         ("command", new.command == old.command),
+        (
+            "securityContext",
+            new.security_context == old.security_context,
+        ),
         ("workingDir", new.working_dir == old.working_dir),
         ("env", new.env == old.env),
         ("timeoutSeconds", new.timeout_seconds == old.timeout_seconds),

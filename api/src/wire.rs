@@ -57,6 +57,10 @@ pub enum ErrorCode {
     /// A stdin write over bytes already accepted differs from them (another writer at the same
     /// offset, or a retry with other content): refused, never acknowledged (HTTP 409).
     StdinConflict,
+    /// `securityContext` asks for a user or group the container's own process could not become
+    /// (more privilege than it has), or `runAsNonRoot` with a process that would run as root; the
+    /// message names the field and the container's user.
+    UserNotPermitted,
 }
 
 impl ErrorCode {
@@ -82,6 +86,7 @@ impl ErrorCode {
             ErrorCode::StdinOffsetMismatch => "StdinOffsetMismatch",
             ErrorCode::StdinUnavailable => "StdinUnavailable",
             ErrorCode::StdinConflict => "StdinConflict",
+            ErrorCode::UserNotPermitted => "UserNotPermitted",
         }
     }
 }
@@ -213,7 +218,34 @@ pub struct StartRequest {
     /// /dev/null).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stdin: bool,
+    /// The user the process runs as (absent: the container's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
 }
+
+/// The process's user, as a Pod container's `securityContext` fields of the same names. Each is
+/// optional; what is left out is the container's own. The agent refuses anything the
+/// container's own process could not become (`UserNotPermitted`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityContext {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_user: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_group: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub supplemental_groups: Vec<u32>,
+    /// Refuse the start when the process would run as uid 0.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run_as_non_root: bool,
+}
+
+/// Highest user or group id (`securityContext`): a Pod's bound (int32), which also keeps clear
+/// of `(uid_t)-1`, the kernel's "no change".
+pub const MAX_ID: u32 = i32::MAX as u32;
+/// Most `securityContext.supplementalGroups`: far more than a process needs, and a bound for
+/// the CRD's list rules.
+pub const MAX_SUPPLEMENTAL_GROUPS: usize = 64;
 
 /// Per-process limits, in the units the kernel takes. Each is optional.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,7 +8,10 @@ use std::collections::HashSet;
 use std::fmt;
 use std::ops::{Deref, RangeInclusive};
 
-use crate::wire::{self, ErrorCode, ProbeKind, StartRequest, MAX_SECONDS};
+use crate::wire::{
+    self, ErrorCode, ProbeKind, SecurityContext, StartRequest, MAX_ID, MAX_SECONDS,
+    MAX_SUPPLEMENTAL_GROUPS,
+};
 
 /// Most items in `command` (also keeps the CEL rules' estimated cost under the API server's budget).
 pub const MAX_ARGS: usize = 1024;
@@ -44,6 +47,8 @@ impl Violation {
             ErrorCode::InvalidProcessCwd
         } else if field.starts_with("resources") {
             ErrorCode::InvalidResourceLimits
+        } else if field.starts_with("securityContext") {
+            ErrorCode::UserNotPermitted
         } else {
             ErrorCode::ProcessSpawnFailed
         };
@@ -116,6 +121,47 @@ pub(crate) fn process(req: &StartRequest) -> Result<(), Violation> {
     }
     if let Some(l) = &req.resources {
         l.check().map_err(|(f, m)| Violation::new(f, m))?;
+    }
+    if let Some(sc) = &req.security_context {
+        security_context(sc)?;
+    }
+    Ok(())
+}
+
+/// A user or group id: 0 to [`MAX_ID`].
+pub fn id(field: &str, v: i64) -> Result<u32, Violation> {
+    u32::try_from(v)
+        .ok()
+        .filter(|v| *v <= MAX_ID)
+        .ok_or_else(|| Violation::new(field, format!("{v}: must be 0-{MAX_ID}")))
+}
+
+/// What can be judged without the container: the ids in range, and no root with
+/// `runAsNonRoot` (whether the container allows the user is the agent's judgement).
+fn security_context(sc: &SecurityContext) -> Result<(), Violation> {
+    let f = |name: &str| format!("securityContext.{name}");
+    for (name, v) in [
+        ("runAsUser", sc.run_as_user),
+        ("runAsGroup", sc.run_as_group),
+    ] {
+        if let Some(v) = v {
+            id(&f(name), v.into())?;
+        }
+    }
+    if sc.supplemental_groups.len() > MAX_SUPPLEMENTAL_GROUPS {
+        return Err(Violation::new(
+            f("supplementalGroups"),
+            format!("at most {MAX_SUPPLEMENTAL_GROUPS} items"),
+        ));
+    }
+    for (i, g) in sc.supplemental_groups.iter().enumerate() {
+        id(&f(&format!("supplementalGroups[{i}]")), (*g).into())?;
+    }
+    if sc.run_as_non_root && sc.run_as_user == Some(0) {
+        return Err(Violation::new(
+            f("runAsUser"),
+            "0 (root) contradicts runAsNonRoot: true",
+        ));
     }
     Ok(())
 }
@@ -333,6 +379,14 @@ mod tests {
             readiness: None,
             resources: None,
             stdin: false,
+            security_context: None,
+        }
+    }
+
+    fn as_user(sc: SecurityContext) -> StartRequest {
+        StartRequest {
+            security_context: Some(sc),
+            ..req(&["x"])
         }
     }
 
@@ -438,13 +492,60 @@ mod tests {
         ]
     }
 
+    /// `securityContext` requests the door refuses (whether the container allows the user is
+    /// the agent's judgement, later).
+    fn user_cases() -> Vec<(StartRequest, &'static str, ErrorCode)> {
+        vec![
+            (
+                as_user(SecurityContext {
+                    run_as_user: Some(MAX_ID + 1),
+                    ..Default::default()
+                }),
+                "securityContext.runAsUser",
+                ErrorCode::UserNotPermitted,
+            ),
+            (
+                as_user(SecurityContext {
+                    supplemental_groups: vec![1, u32::MAX],
+                    ..Default::default()
+                }),
+                "securityContext.supplementalGroups[1]",
+                ErrorCode::UserNotPermitted,
+            ),
+            (
+                as_user(SecurityContext {
+                    supplemental_groups: vec![1; MAX_SUPPLEMENTAL_GROUPS + 1],
+                    ..Default::default()
+                }),
+                "securityContext.supplementalGroups",
+                ErrorCode::UserNotPermitted,
+            ),
+            (
+                as_user(SecurityContext {
+                    run_as_user: Some(0),
+                    run_as_non_root: true,
+                    ..Default::default()
+                }),
+                "securityContext.runAsUser",
+                ErrorCode::UserNotPermitted,
+            ),
+        ]
+    }
+
     #[test]
     fn the_door_names_the_field_and_code() {
-        for (r, field, code) in door_cases() {
+        for (r, field, code) in door_cases().into_iter().chain(user_cases()) {
             let v = start(r.clone()).expect_err(field);
             assert_eq!((v.field.as_str(), v.code), (field, code), "{r:?}: {v}");
             assert!(v.to_string().starts_with(&format!("spec.{field}: ")));
         }
         assert_eq!(start(req(&["x"])).unwrap().command, ["x"]);
+        let at_bounds = SecurityContext {
+            run_as_user: Some(MAX_ID),
+            run_as_group: Some(0),
+            supplemental_groups: vec![MAX_ID; MAX_SUPPLEMENTAL_GROUPS],
+            run_as_non_root: true,
+        };
+        assert!(start(as_user(at_bounds)).is_ok());
     }
 }

@@ -21,6 +21,13 @@ pub enum AgentError {
     InvalidProcessEnvironment(String),
     #[error("cannot start {argv0:?}: {reason}")]
     ProcessSpawnFailed { argv0: String, reason: String },
+    /// `spec.securityContext` asks for more than the container's own process has.
+    #[error("spec.{field}: {reason} (the container runs as {container_user})")]
+    UserNotPermitted {
+        field: String,
+        reason: String,
+        container_user: String,
+    },
     #[error("{0}")]
     RuntimeUnsupported(String),
     #[error("process {0} not found")]
@@ -76,6 +83,7 @@ impl AgentError {
             AgentError::InvalidProcessCwd { .. } => ErrorCode::InvalidProcessCwd,
             AgentError::InvalidProcessEnvironment(_) => ErrorCode::InvalidProcessEnvironment,
             AgentError::ProcessSpawnFailed { .. } => ErrorCode::ProcessSpawnFailed,
+            AgentError::UserNotPermitted { .. } => ErrorCode::UserNotPermitted,
             AgentError::RuntimeUnsupported(_) => ErrorCode::RuntimeUnsupported,
             AgentError::ProcessNotFound(_) => ErrorCode::ProcessNotFound,
             AgentError::ProcessLost(_) => ErrorCode::ProcessLost,
@@ -108,6 +116,7 @@ impl AgentError {
             | ErrorCode::InvalidProcessEnvironment
             | ErrorCode::InvalidResourceLimits => 400,
             ErrorCode::TooManyRequests => 429,
+            ErrorCode::UserNotPermitted => 403,
             ErrorCode::OutputFreed => 410,
             ErrorCode::Unauthorized => 401,
             ErrorCode::ProcessNotFound | ErrorCode::ContainerNotFound => 404,

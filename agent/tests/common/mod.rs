@@ -93,6 +93,17 @@ impl Container {
         uid: u32,
         memory_limit: Option<u64>,
     ) -> Container {
+        Self::start_edited(base, runc_root, uid, memory_limit, |_| {})
+    }
+
+    /// Like `start_with`, with `edit` applied to the OCI spec last.
+    pub fn start_edited(
+        base: &Path,
+        runc_root: &Path,
+        uid: u32,
+        memory_limit: Option<u64>,
+        edit: impl FnOnce(&mut Value),
+    ) -> Container {
         let rootfs = rootfs(base);
         let id = uniq("ctr");
         let bundle = base.join("bundles").join(&id);
@@ -116,6 +127,7 @@ impl Container {
         if let Some(limit) = memory_limit {
             spec["linux"]["resources"]["memory"] = json!({"limit": limit, "swap": limit});
         }
+        edit(&mut spec);
         std::fs::write(
             bundle.join("config.json"),
             serde_json::to_vec_pretty(&spec).unwrap(),

@@ -178,6 +178,9 @@ pub enum ErrorCode {
     AgentUnavailable,
     /// Not started within `startDeadlineSeconds` of the object's creation.
     StartDeadlineExceeded,
+    /// `spec.securityContext` asks for more privilege than the container's own process has (or
+    /// root with `runAsNonRoot`); the message names the field and the container's user.
+    UserNotPermitted,
 }
 
 impl ErrorCode {
@@ -196,6 +199,7 @@ impl ErrorCode {
             ErrorCode::OperationInterrupted => "OperationInterrupted",
             ErrorCode::AgentUnavailable => "AgentUnavailable",
             ErrorCode::StartDeadlineExceeded => "StartDeadlineExceeded",
+            ErrorCode::UserNotPermitted => "UserNotPermitted",
         }
     }
 }

@@ -446,6 +446,31 @@ const CASES: &[(&str, &str, Option<&str>)] = &[
         Some("valueFrom name must be a DNS-1123 subdomain"),
     ),
     ("podName: web\ncommand: [x]\nresources: {limits: {pids: 0}}\n", "resources.limits.pids", None),
+    (
+        "podName: web\ncommand: [x]\nsecurityContext: {runAsUser: -1}\n",
+        "securityContext.runAsUser",
+        None,
+    ),
+    (
+        "podName: web\ncommand: [x]\nsecurityContext: {runAsUser: 2147483648}\n",
+        "securityContext.runAsUser",
+        None,
+    ),
+    (
+        "podName: web\ncommand: [x]\nsecurityContext: {runAsGroup: 4294967295}\n",
+        "securityContext.runAsGroup",
+        None,
+    ),
+    (
+        "podName: web\ncommand: [x]\nsecurityContext: {supplementalGroups: [1, -1]}\n",
+        "securityContext.supplementalGroups[1]",
+        None,
+    ),
+    (
+        "podName: web\ncommand: [x]\nsecurityContext: {runAsUser: 0, runAsNonRoot: true}\n",
+        "securityContext.runAsUser",
+        Some("runAsUser 0 (root) contradicts runAsNonRoot: true"),
+    ),
 ];
 
 #[test]
@@ -492,6 +517,10 @@ const ACCEPTED: &[&str] = &[
     "podName: a.b-c.0\ncontainer: app-1\ncommand: [x]\n",
     "podSelector: {matchLabels: {app.kubernetes.io/name: web, tier: '', a: A_b.c-9}, matchExpressions: [{key: example.com/x, operator: In, values: ['', v1]}]}\ncommand: [x]\n",
     "podName: web\ncommand: [x]\nenv: [{name: A, valueFrom: {secretKeyRef: {name: s.x-1, key: k}}}]\n",
+    "podName: web\ncommand: [x]\nsecurityContext: {runAsUser: 2147483647, runAsGroup: 0, supplementalGroups: [0, 2147483647], runAsNonRoot: true}\n",
+    "podName: web\ncommand: [x]\nsecurityContext: {runAsUser: 0, runAsNonRoot: false}\n",
+    // No user: whether the container's is root is the agent's to judge.
+    "podName: web\ncommand: [x]\nsecurityContext: {runAsNonRoot: true}\n",
 ];
 
 fn collect_rules(v: &serde_json::Value, out: &mut Vec<String>) {
@@ -585,6 +614,10 @@ fn only_stop_and_ttl_are_mutable() {
             Box::new(|s| s.start_deadline_seconds = Some(5)),
         ),
         ("stdin", Box::new(|s| s.stdin = true)),
+        (
+            "securityContext",
+            Box::new(|s| s.security_context = Some(Default::default())),
+        ),
     ];
     for (field, change) in changes {
         let mut new = old.clone();
@@ -637,8 +670,20 @@ fn cel_immutability() {
 
     let mut new = old.clone();
     new.stdin = true;
-    let err = cel_update(new, old).unwrap_err();
+    let err = cel_update(new, old.clone()).unwrap_err();
     assert!(err.contains("stdin is immutable"), "{err}");
+
+    let mut new = old.clone();
+    new.security_context = Some(SecurityContextSpec {
+        run_as_user: Some(1000),
+        ..Default::default()
+    });
+    let err = cel_update(new.clone(), old).unwrap_err();
+    assert!(err.contains("securityContext is immutable"), "{err}");
+    let mut newer = new.clone();
+    newer.security_context.as_mut().unwrap().run_as_user = Some(0);
+    let err = cel_update(newer, new).unwrap_err();
+    assert!(err.contains("securityContext is immutable"), "{err}");
 }
 
 #[test]
@@ -653,6 +698,7 @@ timeoutSeconds: 9
 readiness: {logMatch: {pattern: "listening", stream: Stderr}, periodMillis: 100}
 stopSignal: 2
 terminationGracePeriodSeconds: 3
+securityContext: {runAsUser: 1000, runAsGroup: 1001, supplementalGroups: [2000, 0], runAsNonRoot: true}
 "#,
     );
     let r = start_request(
@@ -674,6 +720,15 @@ terminationGracePeriodSeconds: 3
     assert_eq!(r.timeout_seconds, Some(9));
     assert_eq!(r.stop_signal, 2);
     assert_eq!(r.grace_seconds, 3);
+    assert_eq!(
+        r.security_context,
+        Some(crate::wire::SecurityContext {
+            run_as_user: Some(1000),
+            run_as_group: Some(1001),
+            supplemental_groups: vec![2000, 0],
+            run_as_non_root: true,
+        })
+    );
     let rd = r.readiness.unwrap();
     assert_eq!(rd.period_millis, 100);
     assert_eq!(
@@ -731,6 +786,18 @@ fn extreme_numbers_are_refused_by_name_or_reach_the_agent_intact() {
             "readiness: {tcpSocket: {port: {}}}",
         ),
         ("readiness.httpGet.port", "readiness: {httpGet: {port: {}}}"),
+        (
+            "securityContext.runAsUser",
+            "securityContext: {runAsUser: {}}",
+        ),
+        (
+            "securityContext.runAsGroup",
+            "securityContext: {runAsGroup: {}}",
+        ),
+        (
+            "securityContext.supplementalGroups",
+            "securityContext: {supplementalGroups: [{}]}",
+        ),
     ];
     for (field, line) in fields {
         for v in extremes {
@@ -748,34 +815,42 @@ fn extreme_numbers_are_refused_by_name_or_reach_the_agent_intact() {
                     e.field.starts_with(field.split('.').next().unwrap()),
                     "{yaml}: {e}"
                 ),
-                Ok(()) => {
-                    let q = start_request(&s, target(), &Default::default()).unwrap();
-                    let max = MAX_SECONDS as u64;
-                    assert!(
-                        q.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
-                        "{yaml}"
-                    );
-                    assert!(q.grace_seconds <= max, "{yaml}");
-                    assert!((1..=64).contains(&q.stop_signal), "{yaml}");
-                    if let Some(r) = &q.readiness {
-                        assert!(
-                            r.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
-                            "{yaml}"
-                        );
-                        assert!((10..=3_600_000).contains(&r.period_millis), "{yaml}");
-                        match &r.probe {
-                            crate::wire::ProbeKind::TcpSocket { port }
-                            | crate::wire::ProbeKind::HttpGet { port, .. } => {
-                                assert!(*port >= 1, "{yaml}")
-                            }
-                            _ => {}
-                        }
-                    }
-                    assert!(s
-                        .ttl_seconds_after_finished
-                        .is_none_or(|t| (0..=MAX_SECONDS).contains(&t)));
-                }
+                Ok(()) => reaches_the_agent_intact(&yaml, &s),
             }
         }
+    }
+}
+
+/// What the validator let through is within the agent's bounds on the start request.
+fn reaches_the_agent_intact(yaml: &str, s: &SandboxProcessSpec) {
+    let q = start_request(s, target(), &Default::default()).unwrap();
+    let max = MAX_SECONDS as u64;
+    assert!(
+        q.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
+        "{yaml}"
+    );
+    assert!(q.grace_seconds <= max, "{yaml}");
+    assert!((1..=64).contains(&q.stop_signal), "{yaml}");
+    if let Some(r) = &q.readiness {
+        assert!(
+            r.timeout_seconds.is_none_or(|t| (1..=max).contains(&t)),
+            "{yaml}"
+        );
+        assert!((10..=3_600_000).contains(&r.period_millis), "{yaml}");
+        match &r.probe {
+            crate::wire::ProbeKind::TcpSocket { port }
+            | crate::wire::ProbeKind::HttpGet { port, .. } => {
+                assert!(*port >= 1, "{yaml}")
+            }
+            _ => {}
+        }
+    }
+    assert!(s
+        .ttl_seconds_after_finished
+        .is_none_or(|t| (0..=MAX_SECONDS).contains(&t)));
+    if let Some(sc) = &q.security_context {
+        let ids = [sc.run_as_user, sc.run_as_group].into_iter().flatten();
+        let max = crate::wire::MAX_ID;
+        assert!(ids.chain(sc.supplemental_groups.clone()).all(|i| i <= max));
     }
 }

@@ -1,6 +1,7 @@
 //! The exec'd process: the container's own OCI `process` with only args, env and cwd replaced,
 //! so user, capabilities, no_new_privs, AppArmor/SELinux labels and rlimits are the container's
-//! (seccomp, cgroups and namespaces come from the container itself when the runtime execs).
+//! (seccomp, cgroups and namespaces come from the container itself when the runtime execs),
+//! except the user and capabilities `spec.securityContext` lowers to (see [`super::user`]).
 //! Also the pre-launch checks that turn common mistakes into precise errors.
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -39,6 +40,10 @@ pub fn build_process(
         .get("process")
         .cloned()
         .unwrap_or_else(|| json!({}));
+    // First: a refused user must stop the start before anything else is judged.
+    if let (Some(sc), true) = (&req.security_context, process.is_object()) {
+        super::user::apply(&mut process, sc)?;
+    }
     let obj = process
         .as_object_mut()
         .ok_or_else(|| AgentError::Internal("container spec has no process object".into()))?;

@@ -7,6 +7,7 @@
 pub mod cri;
 pub mod exec_spec;
 pub mod runc_state;
+pub mod user;
 pub mod version;
 
 use crate::shared::error::AgentError;
