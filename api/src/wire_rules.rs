@@ -117,6 +117,13 @@ pub(crate) fn process(req: &StartRequest) -> Result<(), Violation> {
     if let Some(l) = &req.resources {
         l.check().map_err(|(f, m)| Violation::new(f, m))?;
     }
+    if let Some(t) = &req.tty {
+        t.check().map_err(|(f, m)| Violation::new(f, m))?;
+        // The spec's `tty` implies stdin; the request says so explicitly (its builder's duty).
+        if !req.stdin {
+            return Err(Violation::request("stdin", "must be true with tty"));
+        }
+    }
     Ok(())
 }
 
@@ -333,6 +340,7 @@ mod tests {
             readiness: None,
             resources: None,
             stdin: false,
+            tty: None,
         }
     }
 
@@ -434,6 +442,23 @@ mod tests {
                 },
                 "resources.limits.cpu",
                 ErrorCode::InvalidResourceLimits,
+            ),
+            (
+                StartRequest {
+                    stdin: true,
+                    tty: Some(wire::TerminalSize { rows: 0, cols: 80 }),
+                    ..req(&["x"])
+                },
+                "terminal.rows",
+                ErrorCode::ProcessSpawnFailed,
+            ),
+            (
+                StartRequest {
+                    tty: Some(wire::TerminalSize::DEFAULT),
+                    ..req(&["x"])
+                },
+                "stdin",
+                ErrorCode::InvalidRequest,
             ),
         ]
     }

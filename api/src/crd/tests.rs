@@ -446,6 +446,20 @@ const CASES: &[(&str, &str, Option<&str>)] = &[
         Some("valueFrom name must be a DNS-1123 subdomain"),
     ),
     ("podName: web\ncommand: [x]\nresources: {limits: {pids: 0}}\n", "resources.limits.pids", None),
+    (
+        "podName: web\ncommand: [x]\nterminal: {rows: 30, cols: 100}\n",
+        "terminal",
+        Some("terminal requires tty"),
+    ),
+    (
+        "podName: web\ncommand: [x]\ntty: false\nterminal: {rows: 30}\n",
+        "terminal",
+        Some("terminal requires tty"),
+    ),
+    ("podName: web\ncommand: [x]\ntty: true\nterminal: {rows: 0}\n", "terminal.rows", None),
+    ("podName: web\ncommand: [x]\ntty: true\nterminal: {rows: 1001}\n", "terminal.rows", None),
+    ("podName: web\ncommand: [x]\ntty: true\nterminal: {cols: -1}\n", "terminal.cols", None),
+    ("podName: web\ncommand: [x]\ntty: true\nterminal: {cols: 10001}\n", "terminal.cols", None),
 ];
 
 #[test]
@@ -492,6 +506,9 @@ const ACCEPTED: &[&str] = &[
     "podName: a.b-c.0\ncontainer: app-1\ncommand: [x]\n",
     "podSelector: {matchLabels: {app.kubernetes.io/name: web, tier: '', a: A_b.c-9}, matchExpressions: [{key: example.com/x, operator: In, values: ['', v1]}]}\ncommand: [x]\n",
     "podName: web\ncommand: [x]\nenv: [{name: A, valueFrom: {secretKeyRef: {name: s.x-1, key: k}}}]\n",
+    "podName: web\ncommand: [x]\ntty: true\n",
+    "podName: web\ncommand: [x]\ntty: true\nterminal: {rows: 1000, cols: 10000}\n",
+    "podName: web\ncommand: [x]\ntty: true\nstdin: false\nterminal: {rows: 1, cols: 1}\n",
 ];
 
 fn collect_rules(v: &serde_json::Value, out: &mut Vec<String>) {
@@ -585,6 +602,16 @@ fn only_stop_and_ttl_are_mutable() {
             Box::new(|s| s.start_deadline_seconds = Some(5)),
         ),
         ("stdin", Box::new(|s| s.stdin = true)),
+        ("tty", Box::new(|s| s.tty = true)),
+        (
+            "terminal",
+            Box::new(|s| {
+                s.terminal = Some(TerminalSpec {
+                    rows: 30,
+                    cols: 100,
+                })
+            }),
+        ),
     ];
     for (field, change) in changes {
         let mut new = old.clone();
@@ -637,8 +664,49 @@ fn cel_immutability() {
 
     let mut new = old.clone();
     new.stdin = true;
-    let err = cel_update(new, old).unwrap_err();
+    let err = cel_update(new, old.clone()).unwrap_err();
     assert!(err.contains("stdin is immutable"), "{err}");
+
+    let mut new = old.clone();
+    new.tty = true;
+    let err = cel_update(new, old.clone()).unwrap_err();
+    assert!(err.contains("tty is immutable"), "{err}");
+
+    let (mut tty, mut resized) = (old.clone(), old.clone());
+    tty.tty = true;
+    resized.tty = true;
+    resized.terminal = Some(TerminalSpec {
+        rows: 30,
+        cols: 100,
+    });
+    let err = cel_update(resized, tty).unwrap_err();
+    assert!(err.contains("terminal is immutable"), "{err}");
+}
+
+#[test]
+fn tty_reaches_the_request_with_stdin_and_a_size() {
+    let req = |yaml: &str| start_request(&spec(yaml), target(), &Default::default()).unwrap();
+    let plain = req("podName: web\ncommand: [x]\n");
+    assert_eq!((plain.stdin, plain.tty), (false, None));
+    let tty = req("podName: web\ncommand: [sh]\ntty: true\n");
+    assert_eq!(
+        (tty.stdin, tty.tty),
+        (true, Some(crate::wire::TerminalSize { rows: 24, cols: 80 }))
+    );
+    let sized = req("podName: web\ncommand: [sh]\ntty: true\nterminal: {rows: 30, cols: 100}\n");
+    assert_eq!(
+        sized.tty,
+        Some(crate::wire::TerminalSize {
+            rows: 30,
+            cols: 100
+        })
+    );
+    // One of the two given: the other is the default's.
+    let rows = req("podName: web\ncommand: [sh]\ntty: true\nterminal: {rows: 50}\n");
+    assert_eq!(
+        rows.tty,
+        Some(crate::wire::TerminalSize { rows: 50, cols: 80 })
+    );
 }
 
 #[test]
