@@ -149,8 +149,8 @@ async fn stty_sees_the_initial_size_then_the_resized_one() {
 }
 
 #[tokio::test]
-async fn a_shell_reads_commands_from_the_terminal() {
-    let f = fx();
+async fn a_shell_reads_commands_from_the_terminal_across_an_agent_restart() {
+    let mut f = fx();
     let r = f
         .agent
         .start(&with_tty(&f.ctr, &["sh"], 24, 80))
@@ -158,12 +158,17 @@ async fn a_shell_reads_commands_from_the_terminal() {
         .unwrap();
     let id = r.exec_id.clone();
     // Echoed as typed, then run: the answer (42) is not in what was typed.
-    type_in(&f.agent, &id, 0, b"echo $((6*7)); exit 7\n").await;
+    let at = type_in(&f.agent, &id, 0, b"echo $((6*7))\n").await;
+    let out = wait_output(&f.agent, &id, "\r\n42\r\n").await;
+    assert!(out.contains("echo $((6*7))\r\n"), "echo: {out:?}");
+    // The agent dies and comes back: the supervisor kept the terminal.
+    f.agent.kill9();
+    f.agent.spawn();
+    f.agent.client = reqwest::Client::new(); // its pooled connections went with the old agent
+    type_in(&f.agent, &id, at, b"stty size; exit 7\n").await;
     let rec = f.agent.wait_final(&id, T).await;
     assert_eq!(rec.exit.as_ref().map(|e| e.code), Some(7), "{rec:?}");
-    let out = output(&f.agent, &id).await;
-    assert!(out.contains("echo $((6*7)); exit 7\r\n"), "echo: {out:?}");
-    assert!(out.contains("\r\n42\r\n"), "{out:?}");
+    assert!(output(&f.agent, &id).await.contains("\r\n24 80\r\n"));
 }
 
 /// Whether a process of the host runs with exactly this argv.
