@@ -50,7 +50,14 @@ impl Supervisor {
         let log = self.layout.runtime_log(&self.id);
         open_runtime_log(&log)?;
         let [out_r, err_r] = pipes.read;
-        let (stdin_r, console) = self.input()?;
+        let (stdin_r, console) = match self.input() {
+            Ok(input) => input,
+            Err(e) => {
+                let msg = format!("preparing the process's input: {e}");
+                self.fail(ErrorCode::ProcessSpawnFailed, msg)?;
+                return Ok(false);
+            }
+        };
         let io = RuntimeIo {
             stdin: stdin_r,
             console: console.as_ref().map(|c| c.path()),
