@@ -71,13 +71,38 @@ pub fn start_request(
             None => None,
             Some(l) => Some(l.to_wire()?),
         },
-        stdin: spec.stdin,
+        // A terminal's input is stdin: `tty` implies it.
+        stdin: spec.stdin || spec.tty,
+        tty: terminal(spec)?,
         security_context: match &spec.security_context {
             None => None,
             Some(sc) => Some(sc.to_wire()?),
         },
     })
 }
+
+/// `spec.tty` with its size (`terminal`, else the default); `terminal` alone is refused.
+fn terminal(spec: &SandboxProcessSpec) -> Result<Option<wire::TerminalSize>, Violation> {
+    let Some(t) = &spec.terminal else {
+        return Ok(spec.tty.then_some(wire::TerminalSize::DEFAULT));
+    };
+    if !spec.tty {
+        return Err(Violation::new("terminal", TERMINAL_WITHOUT_TTY));
+    }
+    let cells = |field: &str, v: i32, max: u16| {
+        u16::try_from(v)
+            .ok()
+            .filter(|v| (1..=max).contains(v))
+            .ok_or_else(|| Violation::new(field, format!("{v}: must be 1-{max}")))
+    };
+    Ok(Some(wire::TerminalSize {
+        rows: cells("terminal.rows", t.rows, wire::MAX_TERMINAL_ROWS)?,
+        cols: cells("terminal.cols", t.cols, wire::MAX_TERMINAL_COLS)?,
+    }))
+}
+
+/// The message of both enforcers for `terminal` without `tty`.
+const TERMINAL_WITHOUT_TTY: &str = "terminal requires tty";
 
 fn probe(r: &crate::crd::ReadinessSpec) -> Result<wire::ProbeKind, Violation> {
     Ok(match (&r.tcp_socket, &r.http_get, &r.log_match) {

@@ -8,6 +8,7 @@ use crate::names;
 /// Leaf types the object shares with the wire: one definition, so they cannot drift.
 pub use crate::wire::{ExitStatus, LogStream};
 use crate::wire::{MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MIN_CPU_MILLIS, MIN_MEMORY_BYTES};
+use crate::wire::{MAX_TERMINAL_COLS, MAX_TERMINAL_ROWS};
 use crate::wire_rules::Violation;
 
 use kube::CustomResource;
@@ -73,7 +74,10 @@ pub use crate::wire_rules::{MAX_ARGS, MAX_ARG_LEN, MAX_ENV, MAX_PATH_LEN};
     {"rule": "self.terminationGracePeriodSeconds == oldSelf.terminationGracePeriodSeconds", "message": "terminationGracePeriodSeconds is immutable", "fieldPath": ".terminationGracePeriodSeconds"},
     {"rule": "has(self.startDeadlineSeconds) == has(oldSelf.startDeadlineSeconds) && (!has(self.startDeadlineSeconds) || self.startDeadlineSeconds == oldSelf.startDeadlineSeconds)", "message": "startDeadlineSeconds is immutable", "fieldPath": ".startDeadlineSeconds"},
     {"rule": "has(self.resources) == has(oldSelf.resources) && (!has(self.resources) || self.resources == oldSelf.resources)", "message": "resources is immutable", "fieldPath": ".resources"},
-    {"rule": "has(self.stdin) == has(oldSelf.stdin) && (!has(self.stdin) || self.stdin == oldSelf.stdin)", "message": "stdin is immutable", "fieldPath": ".stdin"}
+    {"rule": "has(self.stdin) == has(oldSelf.stdin) && (!has(self.stdin) || self.stdin == oldSelf.stdin)", "message": "stdin is immutable", "fieldPath": ".stdin"},
+    {"rule": "has(self.tty) == has(oldSelf.tty) && (!has(self.tty) || self.tty == oldSelf.tty)", "message": "tty is immutable", "fieldPath": ".tty"},
+    {"rule": "has(self.terminal) == has(oldSelf.terminal) && (!has(self.terminal) || self.terminal == oldSelf.terminal)", "message": "terminal is immutable", "fieldPath": ".terminal"},
+    {"rule": "!has(self.terminal) || (has(self.tty) && self.tty)", "message": "terminal requires tty", "fieldPath": ".terminal"}
 ]))]
 pub struct SandboxProcessSpec {
     /// Target pod, in the same namespace. Exactly one of `podName`, `podSelector`.
@@ -152,6 +156,20 @@ pub struct SandboxProcessSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stdin: bool,
 
+    /// `true`: the process runs on a pseudo-terminal its supervisor holds for the process's
+    /// whole life, as under `kubectl exec -t`: the terminal is its stdin, stdout, stderr and
+    /// controlling terminal; its output is one stream (stdout); `TERM` is the container's, else
+    /// `xterm`. Implies stdin: a terminal's input is always open, whatever `stdin` says (and
+    /// `status.stdin` counts it). Closing stdin stops taking input, it sends no EOF: type it
+    /// (Ctrl-D, `\u0004`). Immutable.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tty: bool,
+
+    /// The terminal's initial window size (only with `tty`; default 24 rows, 80 columns); a
+    /// resize changes it later. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal: Option<TerminalSpec>,
+
     /// Signal sent on stop and timeout.
     #[serde(default = "default_stop_signal")]
     #[schemars(range(min = 1, max = 64))]
@@ -177,6 +195,27 @@ pub struct SandboxProcessSpec {
     /// container or other processes. Never above the container's own limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourcesSpec>,
+}
+
+/// `spec.terminal`: a window size in character cells.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct TerminalSpec {
+    /// Rows (lines), 1-1000. Default 24.
+    #[serde(default = "default_rows")]
+    #[schemars(range(min = 1, max = MAX_TERMINAL_ROWS))]
+    pub rows: i32,
+    /// Columns, 1-10000. Default 80.
+    #[serde(default = "default_cols")]
+    #[schemars(range(min = 1, max = MAX_TERMINAL_COLS))]
+    pub cols: i32,
+}
+
+fn default_rows() -> i32 {
+    crate::wire::TerminalSize::DEFAULT.rows.into()
+}
+
+fn default_cols() -> i32 {
+    crate::wire::TerminalSize::DEFAULT.cols.into()
 }
 
 /// When `startDeadlineSeconds` is not set.

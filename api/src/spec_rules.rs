@@ -122,7 +122,7 @@ fn selector(sel: &PodSelector) -> Result<(), Violation> {
 /// The rules only the API server can check, between an object and its previous version: every
 /// field except `stop` and `ttlSecondsAfterFinished` is immutable.
 pub fn spec_update(new: &SandboxProcessSpec, old: &SandboxProcessSpec) -> Result<(), Violation> {
-    let immutable: [(&str, bool); 14] = [
+    let immutable: [(&str, bool); 16] = [
         ("podName", new.pod_name == old.pod_name),
         ("podSelector", new.pod_selector == old.pod_selector),
         ("container", new.container == old.container),
@@ -146,6 +146,8 @@ pub fn spec_update(new: &SandboxProcessSpec, old: &SandboxProcessSpec) -> Result
             new.start_deadline_seconds == old.start_deadline_seconds,
         ),
         ("stdin", new.stdin == old.stdin),
+        ("tty", new.tty == old.tty),
+        ("terminal", new.terminal == old.terminal),
     ];
     match immutable.iter().find(|(_, same)| !same) {
         Some((field, _)) => Err(Violation::new(*field, format!("{field} is immutable"))),

@@ -5,6 +5,8 @@
 //! - `GET    /processes`              → [`ProcessList`]
 //! - `GET    /processes/{id}`         → [`ProcessRecord`]
 //! - `POST   /processes/{id}/signal`  [`SignalRequest`] → [`ProcessRecord`]
+//! - `POST   /processes/{id}/stdin`   bytes at `?offset=N[&close=true]` → [`StdinState`]
+//! - `POST   /processes/{id}/resize`  [`TerminalSize`] → [`TerminalSize`] (a `tty` process)
 //! - `GET    /processes/{id}/logs`    [`LogQuery`] → NDJSON stream of [`LogEvent`]
 //! - `DELETE /processes/{id}`         → forget: stop if running, delete record and logs
 //! - `GET    /watch`                  → NDJSON stream of [`WatchEvent`]
@@ -221,6 +223,44 @@ pub struct StartRequest {
     /// The user the process runs as (absent: the container's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<SecurityContext>,
+    /// Run the process on a pseudo-terminal of this initial size (absent: no terminal). Needs
+    /// `stdin`: a terminal's input is the process's stdin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tty: Option<TerminalSize>,
+}
+
+/// A terminal's window size, in character cells; also the body of a resize request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalSize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+/// The bounds of a terminal's size (one outside is refused, not clamped); the CRD's schema is
+/// built from these too.
+pub const MAX_TERMINAL_ROWS: u16 = 1000;
+pub const MAX_TERMINAL_COLS: u16 = 10000;
+
+impl TerminalSize {
+    /// When `spec.terminal` is not set: the VT100's.
+    pub const DEFAULT: TerminalSize = TerminalSize { rows: 24, cols: 80 };
+
+    /// `Err((field, message))`, field as in the SandboxProcess spec (`terminal.rows`).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if !(1..=MAX_TERMINAL_ROWS).contains(&self.rows) {
+            return Err((
+                "terminal.rows",
+                format!("{}: must be 1-{MAX_TERMINAL_ROWS}", self.rows),
+            ));
+        }
+        if !(1..=MAX_TERMINAL_COLS).contains(&self.cols) {
+            return Err((
+                "terminal.cols",
+                format!("{}: must be 1-{MAX_TERMINAL_COLS}", self.cols),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The process's user, as a Pod container's `securityContext` fields of the same names. Each is

@@ -122,6 +122,13 @@ pub(crate) fn process(req: &StartRequest) -> Result<(), Violation> {
     if let Some(l) = &req.resources {
         l.check().map_err(|(f, m)| Violation::new(f, m))?;
     }
+    if let Some(t) = &req.tty {
+        t.check().map_err(|(f, m)| Violation::new(f, m))?;
+        // The spec's `tty` implies stdin; the request says so explicitly (its builder's duty).
+        if !req.stdin {
+            return Err(Violation::request("stdin", "must be true with tty"));
+        }
+    }
     if let Some(sc) = &req.security_context {
         security_context(sc)?;
     }
@@ -379,6 +386,7 @@ mod tests {
             readiness: None,
             resources: None,
             stdin: false,
+            tty: None,
             security_context: None,
         }
     }
@@ -488,6 +496,23 @@ mod tests {
                 },
                 "resources.limits.cpu",
                 ErrorCode::InvalidResourceLimits,
+            ),
+            (
+                StartRequest {
+                    stdin: true,
+                    tty: Some(wire::TerminalSize { rows: 0, cols: 80 }),
+                    ..req(&["x"])
+                },
+                "terminal.rows",
+                ErrorCode::ProcessSpawnFailed,
+            ),
+            (
+                StartRequest {
+                    tty: Some(wire::TerminalSize::DEFAULT),
+                    ..req(&["x"])
+                },
+                "stdin",
+                ErrorCode::InvalidRequest,
             ),
         ]
     }

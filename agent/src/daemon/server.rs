@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use base64::Engine;
 use sandbox_api::wire::{
     LogEvent, LogQuery, LogStream, ProcessList, ProcessRecord, SignalRequest, StartRequest,
-    WatchEvent, LOG_KEEPALIVE,
+    TerminalSize, WatchEvent, LOG_KEEPALIVE,
 };
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
@@ -67,6 +67,7 @@ pub fn router(state: AppState) -> Router {
                 sandbox_api::wire::MAX_STDIN_WRITE,
             )),
         )
+        .route("/v1/processes/{id}/resize", post(resize))
         .route("/v1/processes/{id}/logs", get(logs))
         .route("/v1/watch", get(watch))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
@@ -197,6 +198,21 @@ async fn stdin(
         Ok(Query(q)) => st.registry.stdin(&id, q.offset, &body, q.close).await,
         Err(e) => Err(AgentError::InvalidRequest(format!(
             "query: {e} (offset=<bytes already sent>, close=true|false)"
+        ))),
+    };
+    Ok(Json(counted(&st, r)?))
+}
+
+/// A new window size (`{"rows", "cols"}`) for the process's terminal; the answer echoes it.
+async fn resize(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<TerminalSize>, AgentError> {
+    let r = match serde_json::from_slice::<TerminalSize>(&body) {
+        Ok(size) => st.registry.resize(&id, size).await.map(|()| size),
+        Err(e) => Err(AgentError::InvalidRequest(format!(
+            "request body: {e} ({{\"rows\": N, \"cols\": N}})"
         ))),
     };
     Ok(Json(counted(&st, r)?))

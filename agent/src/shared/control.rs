@@ -19,6 +19,8 @@ pub enum Control {
         #[serde(default)]
         close: bool,
     },
+    /// A new window size for the process's terminal (`tty`).
+    Resize { rows: u16, cols: u16 },
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -79,15 +79,19 @@ impl Layout {
     /// nobody's output fills), so a start on a state dir that other writers filled meanwhile
     /// does not fail on a pid file it cannot create; the state dir when /run is not usable.
     pub fn launch_pid_file(&self, id: &ExecId) -> PathBuf {
-        let run = Path::new(LAUNCH_DIR);
-        let usable = std::fs::create_dir_all(run).is_ok() && {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(run, std::fs::Permissions::from_mode(0o700)).is_ok()
-        };
-        if usable {
-            run.join(format!("{}.pid", id.as_str()))
-        } else {
-            self.pid_file(id)
+        match launch_dir() {
+            Some(run) => run.join(format!("{}.pid", id.as_str())),
+            None => self.pid_file(id),
+        }
+    }
+
+    /// The socket the runtime hands a terminal's master over (`runc exec --console-socket`),
+    /// during the launch: under /run like the pid file, where the path stays short enough for a
+    /// socket (the runtime connects to it by path, so the long-path detour cannot serve).
+    pub fn console_socket(&self, id: &ExecId) -> PathBuf {
+        match launch_dir() {
+            Some(run) => run.join(format!("{}.tty", id.as_str())),
+            None => self.proc_dir(id).join("console.sock"),
         }
     }
 
@@ -109,6 +113,16 @@ impl Layout {
         std::fs::create_dir_all(self.bin_dir())?;
         std::fs::set_permissions(&self.root, std::fs::Permissions::from_mode(0o700))
     }
+}
+
+/// The host's /run directory for launch files, when it is usable.
+fn launch_dir() -> Option<&'static Path> {
+    let run = Path::new(LAUNCH_DIR);
+    let usable = std::fs::create_dir_all(run).is_ok() && {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(run, std::fs::Permissions::from_mode(0o700)).is_ok()
+    };
+    usable.then_some(run)
 }
 
 /// A unix socket's path as `bind`/`connect` can take it. `sun_path` holds 108 bytes, but a

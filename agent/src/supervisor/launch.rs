@@ -13,6 +13,7 @@ use nix::unistd::pipe2;
 use sandbox_api::wire::{ErrorCode, Phase};
 
 use super::tree::rearm;
+use super::tty::ConsoleSocket;
 use super::{after, Result, Supervisor};
 use crate::shared::clock::{now_nanos, rfc3339};
 use crate::shared::procfs;
@@ -20,6 +21,16 @@ use crate::shared::record;
 use crate::shared::signals;
 use crate::shared::wait::{self, ChildEnd};
 use crate::supervisor::cgroup::{self, ProcessCgroup};
+
+/// What the runtime is given for the process's input and output.
+struct RuntimeIo<'a> {
+    /// The read end of the stdin pipe (`stdin` without `tty`).
+    stdin: Option<OwnedFd>,
+    /// Where to send the terminal's master (`tty`).
+    console: Option<&'a Path>,
+    /// The write ends of the stdout and stderr pipes (with a terminal: the runtime's own).
+    out: [OwnedFd; 2],
+}
 
 /// The read and write ends of the process's stdout and stderr pipes.
 struct OutputPipes {
@@ -39,15 +50,20 @@ impl Supervisor {
         let log = self.layout.runtime_log(&self.id);
         open_runtime_log(&log)?;
         let [out_r, err_r] = pipes.read;
-        let stdin_r = if self.spec.request.stdin {
-            let (r, w) = super::stdin::pipe()?;
-            self.stdin = Some(w);
-            self.rec.stdin = Some(Default::default());
-            Some(r)
-        } else {
-            None
+        let (stdin_r, console) = match self.input() {
+            Ok(input) => input,
+            Err(e) => {
+                let msg = format!("preparing the process's input: {e}");
+                self.fail(ErrorCode::ProcessSpawnFailed, msg)?;
+                return Ok(false);
+            }
         };
-        let spawned = self.spawn_runtime(&cg_name, &pid_file, &log, stdin_r, pipes.write);
+        let io = RuntimeIo {
+            stdin: stdin_r,
+            console: console.as_ref().map(|c| c.path()),
+            out: pipes.write,
+        };
+        let spawned = self.spawn_runtime(&cg_name, &pid_file, &log, io);
         self.out = [Some(out_r), Some(err_r)];
         let child = match spawned {
             Ok(c) => c,
@@ -69,8 +85,33 @@ impl Supervisor {
             return Ok(false);
         };
         wait_for_exec(host_pid);
+        self.host_pid = Some(host_pid);
+        if let Some(console) = console {
+            if !self.take_terminal(console)? {
+                return Ok(false);
+            }
+        }
         self.mark_running(host_pid)?;
         Ok(true)
+    }
+
+    /// The process's input: a pipe's read end for the runtime (`stdin`), or the socket the
+    /// runtime sends a terminal over (`tty`, whose master is stdin then).
+    fn input(&mut self) -> Result<(Option<OwnedFd>, Option<ConsoleSocket>)> {
+        let req = &self.spec.request;
+        if req.stdin || req.tty.is_some() {
+            self.rec.stdin = Some(Default::default());
+        }
+        if req.tty.is_some() {
+            let path = self.layout.console_socket(&self.id);
+            return Ok((None, Some(ConsoleSocket::bind(&path)?)));
+        }
+        if !req.stdin {
+            return Ok((None, None));
+        }
+        let (r, w) = super::stdin::pipe()?;
+        self.stdin = Some(w);
+        Ok((Some(r), None))
     }
 
     /// Creates the process's cgroup under the container's and applies its limits; `None` when
@@ -138,9 +179,9 @@ impl Supervisor {
         cg_name: &str,
         pid_file: &Path,
         log: &Path,
-        stdin: Option<OwnedFd>,
-        [out_w, err_w]: [OwnedFd; 2],
+        io: RuntimeIo<'_>,
     ) -> std::io::Result<Child> {
+        let [out_w, err_w] = io.out;
         let mut spawned = Command::new(&self.spec.runtime_binary);
         spawned
             .arg("--root")
@@ -154,11 +195,16 @@ impl Supervisor {
             .arg("--cgroup")
             .arg(cg_name)
             .arg("--pid-file")
-            .arg(pid_file)
+            .arg(pid_file);
+        if let Some(console) = io.console {
+            // The process spec says `terminal: true`; the runtime sends the master here.
+            spawned.arg("--console-socket").arg(console);
+        }
+        spawned
             .arg("--process")
             .arg(self.layout.process_spec(&self.id))
             .arg(&self.spec.container_id)
-            .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
+            .stdin(io.stdin.map_or_else(Stdio::null, Stdio::from))
             .stdout(Stdio::from(out_w))
             .stderr(Stdio::from(err_w));
         // SAFETY: the hook runs between fork and exec and makes only raw system calls.

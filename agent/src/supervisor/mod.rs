@@ -19,6 +19,7 @@
 //! - [`tree`](self::tree): the process tree (its root's exit, its cgroup's membership, usage).
 //! - [`stop`](self::stop): control requests, stop sequences and signals to the tree.
 //! - [`record_file`](self::record_file): writing the record (refreshes, the final one, its room).
+//! - [`stdin`](self::stdin), [`tty`](self::tty): the process's input, its terminal.
 //! - [`end`](self::end): how the process ended (exit, error) and the final record.
 //! - [`cgroup`]: the process tree's own cgroup (membership, kill, limits, usage).
 use std::collections::VecDeque;
@@ -48,6 +49,7 @@ mod start;
 mod stdin;
 mod stop;
 mod tree;
+mod tty;
 
 use nix::sys::signalfd::SignalFd;
 use sandbox_api::wire::ProcessRecord;
@@ -142,6 +144,8 @@ struct Supervisor {
     probe_pipe: Option<OwnedFd>,
     /// The write end of the process's stdin (`stdin: true`), until it is closed.
     stdin: Option<OwnedFd>,
+    /// The master of the process's terminal (`tty`), held for its whole life (for resizes).
+    tty: Option<OwnedFd>,
     /// The last stdin bytes taken, to compare a write over them with.
     stdin_taken: stdin::Taken,
     probe_cancel: Arc<AtomicBool>,

@@ -63,6 +63,7 @@ impl Supervisor {
             readiness_deadline: None,
             probe_pipe: None,
             stdin: None,
+            tty: None,
             stdin_taken: Default::default(),
             probe_cancel: Arc::new(AtomicBool::new(false)),
             dirty_since: None,

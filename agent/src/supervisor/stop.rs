@@ -146,6 +146,9 @@ impl Supervisor {
                 Ok(bytes) => self.write_stdin(offset, &bytes, close),
                 Err(e) => ControlReply::of(Err(format!("stdin data: {e}"))),
             },
+            Control::Resize { rows, cols } => {
+                ControlReply::of(self.resize(sandbox_api::wire::TerminalSize { rows, cols }))
+            }
         }
     }
 

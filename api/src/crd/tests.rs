@@ -471,6 +471,20 @@ const CASES: &[(&str, &str, Option<&str>)] = &[
         "securityContext.runAsUser",
         Some("runAsUser 0 (root) contradicts runAsNonRoot: true"),
     ),
+    (
+        "podName: web\ncommand: [x]\nterminal: {rows: 30, cols: 100}\n",
+        "terminal",
+        Some("terminal requires tty"),
+    ),
+    (
+        "podName: web\ncommand: [x]\ntty: false\nterminal: {rows: 30}\n",
+        "terminal",
+        Some("terminal requires tty"),
+    ),
+    ("podName: web\ncommand: [x]\ntty: true\nterminal: {rows: 0}\n", "terminal.rows", None),
+    ("podName: web\ncommand: [x]\ntty: true\nterminal: {rows: 1001}\n", "terminal.rows", None),
+    ("podName: web\ncommand: [x]\ntty: true\nterminal: {cols: -1}\n", "terminal.cols", None),
+    ("podName: web\ncommand: [x]\ntty: true\nterminal: {cols: 10001}\n", "terminal.cols", None),
 ];
 
 #[test]
@@ -521,6 +535,9 @@ const ACCEPTED: &[&str] = &[
     "podName: web\ncommand: [x]\nsecurityContext: {runAsUser: 0, runAsNonRoot: false}\n",
     // No user: whether the container's is root is the agent's to judge.
     "podName: web\ncommand: [x]\nsecurityContext: {runAsNonRoot: true}\n",
+    "podName: web\ncommand: [x]\ntty: true\n",
+    "podName: web\ncommand: [x]\ntty: true\nterminal: {rows: 1000, cols: 10000}\n",
+    "podName: web\ncommand: [x]\ntty: true\nstdin: false\nterminal: {rows: 1, cols: 1}\n",
 ];
 
 fn collect_rules(v: &serde_json::Value, out: &mut Vec<String>) {
@@ -618,6 +635,16 @@ fn only_stop_and_ttl_are_mutable() {
             "securityContext",
             Box::new(|s| s.security_context = Some(Default::default())),
         ),
+        ("tty", Box::new(|s| s.tty = true)),
+        (
+            "terminal",
+            Box::new(|s| {
+                s.terminal = Some(TerminalSpec {
+                    rows: 30,
+                    cols: 100,
+                })
+            }),
+        ),
     ];
     for (field, change) in changes {
         let mut new = old.clone();
@@ -678,12 +705,53 @@ fn cel_immutability() {
         run_as_user: Some(1000),
         ..Default::default()
     });
-    let err = cel_update(new.clone(), old).unwrap_err();
+    let err = cel_update(new.clone(), old.clone()).unwrap_err();
     assert!(err.contains("securityContext is immutable"), "{err}");
     let mut newer = new.clone();
     newer.security_context.as_mut().unwrap().run_as_user = Some(0);
     let err = cel_update(newer, new).unwrap_err();
     assert!(err.contains("securityContext is immutable"), "{err}");
+
+    let mut new = old.clone();
+    new.tty = true;
+    let err = cel_update(new, old.clone()).unwrap_err();
+    assert!(err.contains("tty is immutable"), "{err}");
+
+    let (mut tty, mut resized) = (old.clone(), old.clone());
+    tty.tty = true;
+    resized.tty = true;
+    resized.terminal = Some(TerminalSpec {
+        rows: 30,
+        cols: 100,
+    });
+    let err = cel_update(resized, tty).unwrap_err();
+    assert!(err.contains("terminal is immutable"), "{err}");
+}
+
+#[test]
+fn tty_reaches_the_request_with_stdin_and_a_size() {
+    let req = |yaml: &str| start_request(&spec(yaml), target(), &Default::default()).unwrap();
+    let plain = req("podName: web\ncommand: [x]\n");
+    assert_eq!((plain.stdin, plain.tty), (false, None));
+    let tty = req("podName: web\ncommand: [sh]\ntty: true\n");
+    assert_eq!(
+        (tty.stdin, tty.tty),
+        (true, Some(crate::wire::TerminalSize { rows: 24, cols: 80 }))
+    );
+    let sized = req("podName: web\ncommand: [sh]\ntty: true\nterminal: {rows: 30, cols: 100}\n");
+    assert_eq!(
+        sized.tty,
+        Some(crate::wire::TerminalSize {
+            rows: 30,
+            cols: 100
+        })
+    );
+    // One of the two given: the other is the default's.
+    let rows = req("podName: web\ncommand: [sh]\ntty: true\nterminal: {rows: 50}\n");
+    assert_eq!(
+        rows.tty,
+        Some(crate::wire::TerminalSize { rows: 50, cols: 80 })
+    );
 }
 
 #[test]

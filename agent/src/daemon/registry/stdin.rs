@@ -1,7 +1,8 @@
 //! Writing a running process's stdin (`stdin: true`): forwarded to its supervisor, which holds
-//! the pipe and decides by offset (exactly once, in order; see `supervisor::stdin`).
+//! the pipe and decides by offset (exactly once, in order; see `supervisor::stdin`). Resizing
+//! its terminal (`tty`), which the supervisor holds too.
 use base64::Engine;
-use sandbox_api::wire::{StdinState, MAX_STDIN_WRITE};
+use sandbox_api::wire::{StdinState, TerminalSize, MAX_STDIN_WRITE};
 
 use super::Registry;
 use crate::daemon::control_client;
@@ -52,6 +53,27 @@ impl Registry {
                 "the process has ended (stdin took {} bytes)",
                 state.bytes
             ))),
+        }
+    }
+
+    /// A new window size for the process's terminal (`tty`); the kernel tells the process
+    /// (SIGWINCH).
+    pub async fn resize(&self, id: &str, size: TerminalSize) -> Result<(), AgentError> {
+        size.check()
+            .map_err(|(field, m)| AgentError::InvalidRequest(format!("{field}: {m}")))?;
+        let rec = self.get(id)?;
+        let id = ExecId::parse(id)?;
+        let ended = || AgentError::InvalidRequest("the process has ended".into());
+        if rec.is_final() {
+            return Err(ended());
+        }
+        let req = Control::Resize {
+            rows: size.rows,
+            cols: size.cols,
+        };
+        match control_client::request(&self.cfg.layout.control(&id), &req).await? {
+            Some(_) => Ok(()),
+            None => Err(ended()),
         }
     }
 }

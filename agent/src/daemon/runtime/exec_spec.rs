@@ -77,11 +77,23 @@ pub fn build_process(
             reason: MAGIC_LINKS.into(),
         });
     }
+    let mut env = merge_env(&base_env, &req.env);
     obj.insert("args".into(), json!(req.command));
-    obj.insert("env".into(), json!(merge_env(&base_env, &req.env)));
     obj.insert("cwd".into(), json!(cwd));
-    obj.insert("terminal".into(), json!(false));
     obj.remove("consoleSize");
+    obj.insert("terminal".into(), json!(req.tty.is_some()));
+    if let Some(size) = req.tty {
+        // The runtime makes the terminal this size before the process runs.
+        obj.insert(
+            "consoleSize".into(),
+            json!({"height": size.rows, "width": size.cols}),
+        );
+        // What a terminal program needs to know to draw: the container's own TERM, else xterm.
+        if !env.iter().any(|e| e.starts_with("TERM=")) {
+            env.push("TERM=xterm".into());
+        }
+    }
+    obj.insert("env".into(), json!(env));
     // Pod-level "user" may have been given as a name only; runc needs numeric ids (present in
     // specs produced by CRI runtimes), so leave it untouched.
     Ok(process)
@@ -319,6 +331,34 @@ mod tests {
         assert_eq!(p["terminal"], false);
         assert_eq!(p["user"]["uid"], 1000, "container user kept");
         assert_eq!(p["args"], json!(["env"]));
+    }
+
+    #[test]
+    fn a_tty_gets_a_terminal_its_size_and_a_term() {
+        let spec = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"], "cwd": "/",
+            "consoleSize": {"height": 1, "width": 1}}});
+        let mut r = req(vec![]);
+        r.stdin = true;
+        r.tty = Some(sandbox_api::wire::TerminalSize {
+            rows: 30,
+            cols: 100,
+        });
+        let p = build_process(&spec, &valid(r.clone())).unwrap();
+        assert_eq!(p["terminal"], true);
+        assert_eq!(p["consoleSize"], json!({"height": 30, "width": 100}));
+        assert_eq!(p["env"], json!(["PATH=/bin", "TERM=xterm"]));
+        // The container's TERM (or the spec's) stands.
+        r.env.push(EnvVar {
+            name: "TERM".into(),
+            value: "vt100".into(),
+        });
+        let p = build_process(&spec, &valid(r)).unwrap();
+        assert_eq!(p["env"], json!(["PATH=/bin", "TERM=vt100"]));
+        // Without a tty: no terminal, no size, no TERM added.
+        let p = build_process(&spec, &valid(req(vec![]))).unwrap();
+        assert_eq!(p["terminal"], false);
+        assert!(p.get("consoleSize").is_none());
+        assert_eq!(p["env"], json!(["PATH=/bin"]));
     }
 
     #[test]

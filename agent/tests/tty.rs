@@ -1,0 +1,210 @@
+//! A process on a terminal (`tty`) against real runc containers: it has a pty as its controlling
+//! terminal, of the size asked for and then resized; its output is one stream; a shell reads
+//! commands from it, and Ctrl-C reaches the foreground job the way a terminal delivers it.
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use sandbox_api::wire::{StartRequest, TerminalSize};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(30);
+
+struct Fx {
+    agent: Agent,
+    ctr: Container,
+    _base: std::path::PathBuf,
+}
+
+fn fx() -> Fx {
+    require_root();
+    let base = base_dir("tty");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let agent = Agent::launch(&base, &runc_root, &[]);
+    Fx {
+        agent,
+        ctr,
+        _base: base,
+    }
+}
+
+fn with_tty(c: &Container, cmd: &[&str], rows: u16, cols: u16) -> StartRequest {
+    let mut r = req(c, cmd);
+    r.stdin = true;
+    r.tty = Some(TerminalSize { rows, cols });
+    r
+}
+
+/// Everything the process wrote so far (both streams).
+async fn output(a: &Agent, id: &str) -> String {
+    text(&a.logs(id, "").await, None)
+}
+
+/// Waits until the output holds `want`; the output then.
+async fn wait_output(a: &Agent, id: &str, want: &str) -> String {
+    let deadline = Instant::now() + T;
+    loop {
+        let out = output(a, id).await;
+        if out.contains(want) {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "no {want:?} in {out:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Types `data` at the terminal (stdin at `at`); the offset after it.
+async fn type_in(a: &Agent, id: &str, at: u64, data: &[u8]) -> u64 {
+    let (s, v) = a.stdin(id, at, data, false).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["bytes"].as_u64(), Some(at + data.len() as u64), "{v}");
+    at + data.len() as u64
+}
+
+#[tokio::test]
+async fn a_tty_process_has_a_pty_a_term_and_one_stream() {
+    let f = fx();
+    let cmd = ["sh", "-c", "tty; echo term=$TERM; echo to-stderr >&2"];
+    let r = f
+        .agent
+        .start(&with_tty(&f.ctr, &cmd, 24, 80))
+        .await
+        .unwrap();
+    let rec = f.agent.wait_final(&r.exec_id, T).await;
+    assert_eq!(rec.exit.as_ref().map(|e| e.code), Some(0), "{rec:?}");
+    let events = f.agent.logs(&r.exec_id, "").await;
+    let stdout = text(&events, Some("stdout"));
+    assert!(stdout.starts_with("/dev/pts/"), "{stdout:?}");
+    assert!(
+        stdout.ends_with("\r\nterm=xterm\r\nto-stderr\r\n"),
+        "{stdout:?}"
+    );
+    // stderr is the terminal too: one stream, as `kubectl exec -t`.
+    assert!(text(&events, Some("stderr")).is_empty());
+    assert_eq!(rec.output.stderr_bytes, 0);
+    // Its stdin is counted like any other.
+    assert!(rec.stdin.is_some(), "{rec:?}");
+}
+
+#[tokio::test]
+async fn stty_sees_the_initial_size_then_the_resized_one() {
+    let f = fx();
+    let cmd = [
+        "sh",
+        "-c",
+        "trap 'echo winch' WINCH; stty size; until read x; do :; done; stty size",
+    ];
+    let r = f
+        .agent
+        .start(&with_tty(&f.ctr, &cmd, 30, 100))
+        .await
+        .unwrap();
+    let id = r.exec_id.clone();
+    wait_output(&f.agent, &id, "30 100\r\n").await;
+    let (s, v) = f
+        .agent
+        .post(
+            &format!("/v1/processes/{id}/resize"),
+            &json!({"rows": 50, "cols": 120}),
+        )
+        .await;
+    assert_eq!((s, &v), (200, &json!({"rows": 50, "cols": 120})));
+    // The kernel told the foreground group (SIGWINCH).
+    wait_output(&f.agent, &id, "winch").await;
+    type_in(&f.agent, &id, 0, b"\n").await;
+    wait_output(&f.agent, &id, "50 120\r\n").await;
+    let rec = f.agent.wait_final(&id, T).await;
+    assert_eq!(rec.exit.as_ref().map(|e| e.code), Some(0), "{rec:?}");
+    // Out of bounds: refused, naming the field; a process without a terminal has none to size.
+    let (s, v) = f
+        .agent
+        .post(
+            &format!("/v1/processes/{id}/resize"),
+            &json!({"rows": 0, "cols": 80}),
+        )
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("terminal.rows"),
+        "{v}"
+    );
+    let plain = f.agent.start(&req(&f.ctr, &["sleep", "30"])).await.unwrap();
+    let (s, v) = f
+        .agent
+        .post(
+            &format!("/v1/processes/{}/resize", plain.exec_id),
+            &json!({"rows": 10, "cols": 10}),
+        )
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("no terminal"),
+        "{v}"
+    );
+    f.agent
+        .signal(&plain.exec_id, json!({"stop": true, "graceSeconds": 0}))
+        .await;
+}
+
+#[tokio::test]
+async fn a_shell_reads_commands_from_the_terminal_across_an_agent_restart() {
+    let mut f = fx();
+    let r = f
+        .agent
+        .start(&with_tty(&f.ctr, &["sh"], 24, 80))
+        .await
+        .unwrap();
+    let id = r.exec_id.clone();
+    // Echoed as typed, then run: the answer (42) is not in what was typed.
+    let at = type_in(&f.agent, &id, 0, b"echo $((6*7))\n").await;
+    let out = wait_output(&f.agent, &id, "\r\n42\r\n").await;
+    assert!(out.contains("echo $((6*7))\r\n"), "echo: {out:?}");
+    // The agent dies and comes back: the supervisor kept the terminal.
+    f.agent.kill9();
+    f.agent.spawn();
+    f.agent.client = reqwest::Client::new(); // its pooled connections went with the old agent
+    type_in(&f.agent, &id, at, b"stty size; exit 7\n").await;
+    let rec = f.agent.wait_final(&id, T).await;
+    assert_eq!(rec.exit.as_ref().map(|e| e.code), Some(7), "{rec:?}");
+    assert!(output(&f.agent, &id).await.contains("\r\n24 80\r\n"));
+}
+
+/// Whether a process of the host runs with exactly this argv.
+fn running(argv: &[&str]) -> bool {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+}
+
+#[tokio::test]
+async fn ctrl_c_ends_the_foreground_job_and_the_shell_lives_on() {
+    let f = fx();
+    let r = f
+        .agent
+        .start(&with_tty(&f.ctr, &["sh", "-i"], 24, 80))
+        .await
+        .unwrap();
+    let id = r.exec_id.clone();
+    let at = type_in(&f.agent, &id, 0, b"sleep 4321\n").await;
+    // Ctrl-C before the shell has read the line would only flush it: wait for the job to run.
+    let deadline = Instant::now() + T;
+    while !running(&["sleep", "4321"]) {
+        assert!(Instant::now() < deadline, "sleep 4321 never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let at = type_in(&f.agent, &id, at, b"\x03").await;
+    // The shell is back at once (not after 4321 s) and runs the next command.
+    let at = type_in(&f.agent, &id, at, b"echo alive-$((1+1))\n").await;
+    wait_output(&f.agent, &id, "alive-2").await;
+    assert!(!running(&["sleep", "4321"]));
+    type_in(&f.agent, &id, at, b"exit 3\n").await;
+    let rec = f.agent.wait_final(&id, T).await;
+    assert_eq!(rec.exit.as_ref().map(|e| e.code), Some(3), "{rec:?}");
+}
