@@ -90,6 +90,10 @@ struct Args {
     ca_secret: String,
     #[arg(long, default_value = "v1alpha1.subresources.sandbox.dev")]
     api_service: String,
+    /// Where the quantity webhook listens (TLS with the subresource API's serving certificate,
+    /// no client certificate); none without it. Needs --subresources-addr.
+    #[arg(long)]
+    webhook_addr: Option<SocketAddr>,
     /// The MutatingWebhookConfiguration served by the subresource API's server, whose
     /// `caBundle` the operator publishes (`self` mode); none when empty.
     #[arg(long, default_value = "")]
@@ -318,6 +322,7 @@ fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) {
 /// Every replica serves the subresource API, leader or not: it only reads.
 fn serve_subresources(args: &Args, client: Client, addr: SocketAddr, agents: Arc<Agents>) {
     let (namespace, secret) = (args.namespace.clone(), args.serving_secret.clone());
+    let webhook = args.webhook_addr;
     tokio::spawn(async move {
         let (tls, request_headers) =
             certs::reload::serving(client.clone(), namespace, secret).await;
@@ -326,6 +331,15 @@ fn serve_subresources(args: &Args, client: Client, addr: SocketAddr, agents: Arc
             agents,
             request_headers,
         };
+        if let Some(addr) = webhook {
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                if let Err(e) = subresources::run_webhook(addr, tls).await {
+                    error!(error = %e, %addr, "quantity webhook stopped");
+                    std::process::exit(1);
+                }
+            });
+        }
         if let Err(e) = subresources::run(server, addr, tls).await {
             error!(error = %e, %addr, "subresource API stopped");
             std::process::exit(1);

@@ -15,8 +15,8 @@
 //!   → `{"ready": R, "message": M}`: one port check from inside the pod's network namespace
 //!   (clients' `waitForPort`). Needs `get` on the object and `create pods/exec` on its pod.
 //!
-//! - `POST /mutate/sandboxprocesses`: the mutating admission webhook that rewrites a quantity
-//!   written as a number (`cpu: 1.5`) as its text ([`mutate`]).
+//! - `POST /mutate/sandboxprocesses`, on its own port ([`run_webhook`]): the mutating admission
+//!   webhook that rewrites a quantity written as a number (`cpu: 1.5`) as its text ([`mutate`]).
 //!
 //! Users reach it only through the API server (`kubectl get --raw`, `kubectl sandbox logs`), which
 //! authenticates them and checks RBAC on `sandboxprocesses/log` (verb `get`) or
@@ -66,6 +66,31 @@ pub async fn run(
     Ok(())
 }
 
+/// The webhook's listener. The API server calls admission webhooks without a client
+/// certificate, so it gets its own port: the same serving certificate, no client auth, and the
+/// mutate route only (the subresource routes stay behind the front proxy's mutual TLS).
+pub async fn run_webhook(
+    addr: SocketAddr,
+    mut mutual: tokio::sync::watch::Receiver<Arc<rustls::ServerConfig>>,
+) -> anyhow::Result<()> {
+    let first = tls::without_client_auth(&mutual.borrow_and_update())?;
+    let (tx, rx) = tokio::sync::watch::channel(Arc::new(first));
+    tokio::spawn(async move {
+        while mutual.changed().await.is_ok() {
+            let next = tls::without_client_auth(&mutual.borrow_and_update());
+            match next {
+                Ok(cfg) => drop(tx.send(Arc::new(cfg))),
+                Err(e) => tracing::warn!(error = %e, "webhook TLS configuration"),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    info!(%addr, path = mutate::PATH, "serving the quantity webhook");
+    let router = Router::new().route(mutate::PATH, post(mutate::mutate));
+    tls::serve(listener, rx, router).await?;
+    Ok(())
+}
+
 pub fn router(server: Arc<Server>) -> Router {
     let base = format!("/apis/{API_GROUP}/{API_VERSION}");
     let process = format!("{base}/namespaces/{{namespace}}/sandboxprocesses/{{name}}");
@@ -76,7 +101,6 @@ pub fn router(server: Arc<Server>) -> Router {
         .route(&format!("{process}/log"), get(log::log))
         .route(&format!("{process}/signal"), post(signal::signal))
         .route(&format!("{process}/probe"), post(probe::probe))
-        .route(mutate::PATH, post(mutate::mutate))
         .route(
             &format!("{process}/stdin"),
             post(stdin::stdin)

@@ -32,6 +32,19 @@ pub fn server_config(
     sandbox_api::tls::mutual_server_config(cert_pem, key_pem, client_ca_pem)
 }
 
+/// The same serving certificate (and its renewals: the resolver is shared) without asking for a
+/// client certificate: the API server calls admission webhooks without one.
+pub fn without_client_auth(
+    mutual: &rustls::ServerConfig,
+) -> Result<rustls::ServerConfig, TlsError> {
+    let mut cfg = rustls::ServerConfig::builder_with_provider(mutual.crypto_provider().clone())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(mutual.cert_resolver.clone());
+    cfg.alpn_protocols = mutual.alpn_protocols.clone();
+    Ok(cfg)
+}
+
 pub fn common_name(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let cn = cert.subject().iter_common_name().next()?;
