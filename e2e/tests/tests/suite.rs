@@ -1131,3 +1131,39 @@ async fn every_sandbox_process_deletes_cleanly_while_the_operator_runs() {
     })
     .await;
 }
+
+/// A terminal through the API server with today's transports: stdin by offset, output followed,
+/// and the resize subresource. `stty size` reads the pty's window size, so it shows the size the
+/// spec gave and then the one the resize set.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn tty_sh_sees_its_size_then_the_resized_one_and_exits_7() {
+    with_ns("suite-tty", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let start = sandbox_client::Start::new("work", ["sh", "-i"])
+            .id("term")
+            .tty(true)
+            .terminal(30, 100);
+        let p = t.sandbox.start(start).await?;
+        let until = Some(Duration::from_secs(60));
+        // Lines end "\r\n" on a terminal; the typed command is echoed on a line of its own.
+        let line = |re: &'static str, after: Option<String>| {
+            p.wait_for_log(re, sandbox_client::LogStream::Both, after, until)
+        };
+        p.send_stdin(b"stty size\n").await?;
+        let m = line(r"^30 100\r?$", None).await?;
+        p.resize(50, 120).await?;
+        p.send_stdin(b"stty size\n").await?;
+        let m = line(r"^50 120\r?$", Some(m.cursor)).await?;
+        p.send_stdin(b"tty\n").await?;
+        line(r"^/dev/pts/[0-9]+\r?$", Some(m.cursor)).await?;
+        p.send_stdin(b"exit 7\n").await?;
+        let o = t.until_field("term", "/status/phase", "Exited", 60).await?;
+        assert_eq!(field(&o, "/status/exit/code"), "7");
+        // One stream, as under `kubectl exec -t`: the terminal carries stderr too.
+        assert_eq!(field(&o, "/status/output/stderrBytes"), "0");
+        ensure!(field(&o, "/status/output/stdoutBytes") != "0", "no output");
+        Ok(())
+    })
+    .await;
+}
