@@ -1,4 +1,7 @@
 """Pure logic: cursors, line assembly, manifests, status reading (no cluster)."""
+import io
+import json
+
 import pytest
 
 from sandbox_client import EndedWithoutExit, InvalidArgument, ProcessFailed, exit_of, is_ready
@@ -33,6 +36,48 @@ def test_manifest_has_only_what_was_set():
             _manifest("ns", "n", "w", bad[0], None, None, None, bad[1], False, None, None, None,
                       None, None)
         assert e.value.field == field and e.value.code == "InvalidArgument"
+
+
+def test_a_terminal_at_start_is_tty_and_its_size():
+    m = _manifest("ns", "p1", "web", ["sh", "-i"], None, None, None, None, False, None, None,
+                  None, None, None, tty=True, terminal=(30, 100))
+    assert m["spec"]["tty"] is True and m["spec"]["terminal"] == {"rows": 30, "cols": 100}
+    m = _manifest("ns", "p1", "web", ["sh"], None, None, None, None, False, None, None, None,
+                  None, None, tty=True)
+    assert "terminal" not in m["spec"], "the API's default size"
+    for tty, size, field in [(False, (24, 80), "terminal"), (True, (0, 80), "terminal.rows"),
+                             (True, (24, 10001), "terminal.cols")]:
+        with pytest.raises(InvalidArgument) as e:
+            _manifest("ns", "n", "w", ["sh"], None, None, None, None, False, None, None, None,
+                      None, None, tty=tty, terminal=size)
+        assert e.value.field == field, e.value
+
+
+def test_resize_posts_rows_and_cols_once_started_and_refuses_a_bad_size():
+    from sandbox_client._process import Process
+
+    class FakeSandbox:
+        namespace = "ns"
+        sent: list = []
+
+        def _raw(self, method, path, query=None, body=None, content_type=None, timeout=None):
+            self.sent.append((method, path, body))
+            return io.BytesIO(json.dumps(body).encode())
+
+    sb = FakeSandbox()
+    p = Process(sb, "p")  # type: ignore[arg-type]
+    for rows, cols, field in [(0, 80, "rows"), (1001, 80, "rows"), (24, 0, "cols"),
+                              (24, 10001, "cols"), (24, True, "cols")]:
+        with pytest.raises(InvalidArgument) as e:
+            p.resize(rows, cols)
+        assert e.value.field == field, (rows, cols, e.value)
+    assert sb.sent == [], "a bad size never leaves the client"
+    waited = []  # the start's rule itself is test_conformance_start's
+    p._ensure_started = lambda what, timeout: waited.append(what)  # type: ignore[method-assign]
+    assert p.resize(50, 120) == {"rows": 50, "cols": 120}
+    assert waited == ["resize"]
+    assert sb.sent == [("POST", "/apis/subresources.sandbox.dev/v1alpha1/namespaces/ns/"
+                                "sandboxprocesses/p/resize", {"rows": 50, "cols": 120})]
 
 
 def obj(status, readiness=False):
