@@ -21,3 +21,22 @@ impl Process {
         Ok(self.client.request(req).await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::Client;
+
+    /// A size out of bounds is refused naming the subresource's field, before any request
+    /// (the client's address has no server: a request would be a transport error).
+    #[tokio::test]
+    async fn a_bad_size_never_leaves_the_client() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let p = crate::Sandbox::new(Client::try_from(config).unwrap(), "ns").process("p");
+        for (rows, cols, field) in [(0, 80, "rows"), (1001, 80, "rows"), (24, 10001, "cols")] {
+            match p.resize(rows, cols).await {
+                Err(crate::Error::InvalidArgument { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{rows}x{cols}: {other:?}"),
+            }
+        }
+    }
+}
