@@ -307,3 +307,39 @@ def test_a_stdin_stall_is_told_once_and_the_write_goes_on(monkeypatch):
     p.on_stdin_stall = lambda pending, waited: told.append((pending, waited >= _stdin.STDIN_STALL))
     assert p._send(0, b"abc", False) == 3
     assert told == [(3, True)], told
+
+
+def test_conformance_terminal():
+    """Terminal sizes at start and on a resize: the cases the Rust library's unit tests run too
+    (clients/conformance/terminal.json)."""
+    from sandbox_client._process import Process
+
+    doc = _conformance("terminal.json")
+    assert len(doc["start"]) >= 8 and len(doc["resize"]) >= 5, "the table lost its cases"
+    for case in doc["start"]:
+        size = tuple(case["terminal"]) if case["terminal"] is not None else None
+        try:
+            m = _manifest("ns", "n", "w", ["sh"], None, None, None, None, False, None, None,
+                          None, None, None, tty=case["tty"], terminal=size)
+        except InvalidArgument as e:
+            assert e.field == case.get("error"), (case, e)
+            continue
+        assert "error" not in case, case
+        for key in ("tty", "terminal"):
+            assert m["spec"].get(key) == case["spec"].get(key), case
+
+    class FakeSandbox:
+        namespace = "ns"
+
+        def _raw(self, method, path, query=None, body=None, content_type=None, timeout=None):
+            return io.BytesIO(json.dumps(body).encode())
+
+    p = Process(FakeSandbox(), "p")  # type: ignore[arg-type]
+    p._ensure_started = lambda what, timeout: None  # type: ignore[method-assign]
+    for case in doc["resize"]:
+        try:
+            assert p.resize(case["rows"], case["cols"]) == {"rows": case["rows"],
+                                                            "cols": case["cols"]}, case
+            assert case["error"] is None, case
+        except InvalidArgument as e:
+            assert e.field == case["error"], (case, e)

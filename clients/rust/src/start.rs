@@ -324,6 +324,31 @@ mod tests {
         assert!(term(true, 24, 10001).starts_with("terminal.cols:"));
     }
 
+    /// clients/conformance/terminal.json: the sizes the Python client's tests check too.
+    #[test]
+    fn conformance_terminal() {
+        let doc: Value = serde_json::from_str(include_str!("../../conformance/terminal.json"))
+            .expect("terminal.json is JSON");
+        for case in crate::conformance::cases(&doc, "start", 8) {
+            let mut s = Start::new("w", ["sh"]).tty(case["tty"].as_bool().unwrap());
+            if let Some(t) = case["terminal"].as_array() {
+                let n = |i: usize| u16::try_from(t[i].as_u64().unwrap()).unwrap();
+                s = s.terminal(n(0), n(1));
+            }
+            match (s.manifest("ns", "n"), case["error"].as_str()) {
+                (Ok(m), None) => {
+                    for key in ["tty", "terminal"] {
+                        assert_eq!(m["spec"].get(key), case["spec"].get(key), "{case}");
+                    }
+                }
+                (Err(Error::InvalidArgument { field, .. }), Some(want)) => {
+                    assert_eq!(field, want, "{case}")
+                }
+                (other, _) => panic!("{case}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn generated_names() {
         let a = Start::new("web", ["x"]).name().unwrap();

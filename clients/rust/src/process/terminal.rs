@@ -25,17 +25,27 @@ impl Process {
 #[cfg(test)]
 mod tests {
     use kube::Client;
+    use serde_json::Value;
 
-    /// A size out of bounds is refused naming the subresource's field, before any request
-    /// (the client's address has no server: a request would be a transport error).
+    /// clients/conformance/terminal.json's `resize`: a size in bounds goes on to the request
+    /// (here a transport error: no server), one out of them is refused naming its field.
     #[tokio::test]
-    async fn a_bad_size_never_leaves_the_client() {
+    async fn conformance_resize() {
+        let doc: Value =
+            serde_json::from_str(include_str!("../../../conformance/terminal.json")).unwrap();
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let p = crate::Sandbox::new(Client::try_from(config).unwrap(), "ns").process("p");
-        for (rows, cols, field) in [(0, 80, "rows"), (1001, 80, "rows"), (24, 10001, "cols")] {
-            match p.resize(rows, cols).await {
-                Err(crate::Error::InvalidArgument { field: f, .. }) => assert_eq!(f, field),
-                other => panic!("{rows}x{cols}: {other:?}"),
+        let p = crate::Sandbox::new(Client::try_from(config).unwrap(), "ns")
+            .process("p")
+            .with_start_timeout(Some(std::time::Duration::from_millis(1)));
+        for case in crate::conformance::cases(&doc, "resize", 5) {
+            let n = |k: &str| u16::try_from(case[k].as_u64().unwrap()).unwrap();
+            let got = p.resize(n("rows"), n("cols")).await;
+            match (got, case["error"].as_str()) {
+                (Err(crate::Error::InvalidArgument { field, .. }), Some(want)) => {
+                    assert_eq!(field, want, "{case}")
+                }
+                (Err(e), None) => assert_ne!(e.code(), "InvalidArgument", "{case}: {e}"),
+                (other, _) => panic!("{case}: {other:?}"),
             }
         }
     }
