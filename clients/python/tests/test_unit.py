@@ -1,4 +1,7 @@
 """Pure logic: cursors, line assembly, manifests, status reading (no cluster)."""
+import io
+import json
+
 import pytest
 
 from sandbox_client import EndedWithoutExit, InvalidArgument, ProcessFailed, exit_of, is_ready
@@ -33,6 +36,48 @@ def test_manifest_has_only_what_was_set():
             _manifest("ns", "n", "w", bad[0], None, None, None, bad[1], False, None, None, None,
                       None, None)
         assert e.value.field == field and e.value.code == "InvalidArgument"
+
+
+def test_a_terminal_at_start_is_tty_and_its_size():
+    m = _manifest("ns", "p1", "web", ["sh", "-i"], None, None, None, None, False, None, None,
+                  None, None, None, tty=True, terminal=(30, 100))
+    assert m["spec"]["tty"] is True and m["spec"]["terminal"] == {"rows": 30, "cols": 100}
+    m = _manifest("ns", "p1", "web", ["sh"], None, None, None, None, False, None, None, None,
+                  None, None, tty=True)
+    assert "terminal" not in m["spec"], "the API's default size"
+    for tty, size, field in [(False, (24, 80), "terminal"), (True, (0, 80), "terminal.rows"),
+                             (True, (24, 10001), "terminal.cols")]:
+        with pytest.raises(InvalidArgument) as e:
+            _manifest("ns", "n", "w", ["sh"], None, None, None, None, False, None, None, None,
+                      None, None, tty=tty, terminal=size)
+        assert e.value.field == field, e.value
+
+
+def test_resize_posts_rows_and_cols_once_started_and_refuses_a_bad_size():
+    from sandbox_client._process import Process
+
+    class FakeSandbox:
+        namespace = "ns"
+        sent: list = []
+
+        def _raw(self, method, path, query=None, body=None, content_type=None, timeout=None):
+            self.sent.append((method, path, body))
+            return io.BytesIO(json.dumps(body).encode())
+
+    sb = FakeSandbox()
+    p = Process(sb, "p")  # type: ignore[arg-type]
+    for rows, cols, field in [(0, 80, "rows"), (1001, 80, "rows"), (24, 0, "cols"),
+                              (24, 10001, "cols"), (24, True, "cols")]:
+        with pytest.raises(InvalidArgument) as e:
+            p.resize(rows, cols)
+        assert e.value.field == field, (rows, cols, e.value)
+    assert sb.sent == [], "a bad size never leaves the client"
+    waited = []  # the start's rule itself is test_conformance_start's
+    p._ensure_started = lambda what, timeout: waited.append(what)  # type: ignore[method-assign]
+    assert p.resize(50, 120) == {"rows": 50, "cols": 120}
+    assert waited == ["resize"]
+    assert sb.sent == [("POST", "/apis/subresources.sandbox.dev/v1alpha1/namespaces/ns/"
+                                "sandboxprocesses/p/resize", {"rows": 50, "cols": 120})]
 
 
 def obj(status, readiness=False):
@@ -262,3 +307,39 @@ def test_a_stdin_stall_is_told_once_and_the_write_goes_on(monkeypatch):
     p.on_stdin_stall = lambda pending, waited: told.append((pending, waited >= _stdin.STDIN_STALL))
     assert p._send(0, b"abc", False) == 3
     assert told == [(3, True)], told
+
+
+def test_conformance_terminal():
+    """Terminal sizes at start and on a resize: the cases the Rust library's unit tests run too
+    (clients/conformance/terminal.json)."""
+    from sandbox_client._process import Process
+
+    doc = _conformance("terminal.json")
+    assert len(doc["start"]) >= 8 and len(doc["resize"]) >= 5, "the table lost its cases"
+    for case in doc["start"]:
+        size = tuple(case["terminal"]) if case["terminal"] is not None else None
+        try:
+            m = _manifest("ns", "n", "w", ["sh"], None, None, None, None, False, None, None,
+                          None, None, None, tty=case["tty"], terminal=size)
+        except InvalidArgument as e:
+            assert e.field == case.get("error"), (case, e)
+            continue
+        assert "error" not in case, case
+        for key in ("tty", "terminal"):
+            assert m["spec"].get(key) == case["spec"].get(key), case
+
+    class FakeSandbox:
+        namespace = "ns"
+
+        def _raw(self, method, path, query=None, body=None, content_type=None, timeout=None):
+            return io.BytesIO(json.dumps(body).encode())
+
+    p = Process(FakeSandbox(), "p")  # type: ignore[arg-type]
+    p._ensure_started = lambda what, timeout: None  # type: ignore[method-assign]
+    for case in doc["resize"]:
+        try:
+            assert p.resize(case["rows"], case["cols"]) == {"rows": case["rows"],
+                                                            "cols": case["cols"]}, case
+            assert case["error"] is None, case
+        except InvalidArgument as e:
+            assert e.field == case["error"], (case, e)

@@ -40,6 +40,8 @@ pub struct Start {
     pub(crate) env: Vec<EnvVar>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) stdin: bool,
+    pub(crate) tty: bool,
+    pub(crate) terminal: Option<(u16, u16)>,
     pub(crate) readiness: Option<ReadinessSpec>,
     pub(crate) ttl: Option<Duration>,
     pub(crate) stop_signal: Option<i32>,
@@ -97,6 +99,19 @@ impl Start {
     /// Keep a pipe open to the process's stdin ([`crate::Process::send_stdin`]).
     pub fn stdin(mut self, on: bool) -> Self {
         self.stdin = on;
+        self
+    }
+
+    /// Run it on a terminal (`spec.tty`), as `kubectl exec -t`: one output stream, stdin
+    /// always open ([`crate::Process::send_stdin`]), resized by [`crate::Process::resize`].
+    pub fn tty(mut self, on: bool) -> Self {
+        self.tty = on;
+        self
+    }
+
+    /// The terminal's initial size in character cells (with [`Start::tty`]; default 24×80).
+    pub fn terminal(mut self, rows: u16, cols: u16) -> Self {
+        self.terminal = Some((rows, cols));
         self
     }
 
@@ -173,6 +188,12 @@ impl Start {
         if self.stdin {
             spec["stdin"] = true.into();
         }
+        if self.tty {
+            spec["tty"] = true.into();
+        }
+        if let Some((rows, cols)) = self.terminal {
+            spec["terminal"] = terminal(self.tty, rows, cols)?;
+        }
         if let Some(r) = &self.readiness {
             spec["readiness"] = serde_json::to_value(r).expect("readiness serializes");
         }
@@ -194,6 +215,17 @@ impl Start {
         }
         Ok(json!({"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}))
     }
+}
+
+/// `spec.terminal`, checked as the API server would (only with `tty`, within the bounds).
+fn terminal(tty: bool, rows: u16, cols: u16) -> Result<Value> {
+    if !tty {
+        return Err(Error::invalid("terminal", "requires tty"));
+    }
+    let size = sandbox_api::wire::TerminalSize { rows, cols };
+    size.check()
+        .map_err(|(field, m)| Error::invalid(field, m))?;
+    Ok(json!({"rows": rows, "cols": cols}))
 }
 
 /// Whole seconds, rounded up, at least `min`, within the API's range.
@@ -247,10 +279,18 @@ mod tests {
         assert_eq!(m["spec"]["env"], json!([{"name": "A", "value": "b=c"}]));
         assert_eq!(m["spec"]["stdin"], true);
         assert_eq!(m["metadata"]["labels"]["team"], "a");
+        assert!(m["spec"].get("tty").is_none() && m["spec"].get("terminal").is_none());
         assert!(
             m["spec"].get("stop").is_none(),
             "stop is kill's, not start's"
         );
+        let m = Start::new("web", ["sh", "-i"])
+            .tty(true)
+            .terminal(30, 100)
+            .manifest("ns", "p1")
+            .unwrap();
+        assert_eq!(m["spec"]["tty"], true);
+        assert_eq!(m["spec"]["terminal"], json!({"rows": 30, "cols": 100}));
     }
 
     #[test]
@@ -271,6 +311,42 @@ mod tests {
             .manifest("ns", "n")
             .unwrap_err();
         assert_eq!(e.code(), "InvalidArgument");
+        let term = |tty, rows, cols| {
+            Start::new("w", ["sh"])
+                .tty(tty)
+                .terminal(rows, cols)
+                .manifest("ns", "n")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(term(false, 24, 80).starts_with("terminal:"));
+        assert!(term(true, 0, 80).starts_with("terminal.rows:"));
+        assert!(term(true, 24, 10001).starts_with("terminal.cols:"));
+    }
+
+    /// clients/conformance/terminal.json: the sizes the Python client's tests check too.
+    #[test]
+    fn conformance_terminal() {
+        let doc: Value = serde_json::from_str(include_str!("../../conformance/terminal.json"))
+            .expect("terminal.json is JSON");
+        for case in crate::conformance::cases(&doc, "start", 8) {
+            let mut s = Start::new("w", ["sh"]).tty(case["tty"].as_bool().unwrap());
+            if let Some(t) = case["terminal"].as_array() {
+                let n = |i: usize| u16::try_from(t[i].as_u64().unwrap()).unwrap();
+                s = s.terminal(n(0), n(1));
+            }
+            match (s.manifest("ns", "n"), case["error"].as_str()) {
+                (Ok(m), None) => {
+                    for key in ["tty", "terminal"] {
+                        assert_eq!(m["spec"].get(key), case["spec"].get(key), "{case}");
+                    }
+                }
+                (Err(Error::InvalidArgument { field, .. }), Some(want)) => {
+                    assert_eq!(field, want, "{case}")
+                }
+                (other, _) => panic!("{case}: {other:?}"),
+            }
+        }
     }
 
     #[test]

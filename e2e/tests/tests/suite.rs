@@ -1131,3 +1131,124 @@ async fn every_sandbox_process_deletes_cleanly_while_the_operator_runs() {
     })
     .await;
 }
+
+/// A terminal through the API server with today's transports: stdin by offset, output followed,
+/// and the resize subresource. `stty size` reads the pty's window size, so it shows the size the
+/// spec gave and then the one the resize set.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn tty_sh_sees_its_size_then_the_resized_one_and_exits_7() {
+    with_ns("suite-tty", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let start = sandbox_client::Start::new("work", ["sh", "-i"])
+            .id("term")
+            .tty(true)
+            .terminal(30, 100);
+        let p = t.sandbox.start(start).await?;
+        let until = Some(Duration::from_secs(60));
+        // Lines end "\r\n" on a terminal; the typed command is echoed on a line of its own.
+        let line = |re: &'static str, after: Option<String>| {
+            p.wait_for_log(re, sandbox_client::LogStream::Both, after, until)
+        };
+        p.send_stdin(b"stty size\n").await?;
+        let m = line(r"^30 100\r?$", None).await?;
+        p.resize(50, 120).await?;
+        p.send_stdin(b"stty size\n").await?;
+        let m = line(r"^50 120\r?$", Some(m.cursor)).await?;
+        p.send_stdin(b"tty\n").await?;
+        line(r"^/dev/pts/[0-9]+\r?$", Some(m.cursor)).await?;
+        p.send_stdin(b"exit 7\n").await?;
+        let o = t.until_field("term", "/status/phase", "Exited", 60).await?;
+        assert_eq!(field(&o, "/status/exit/code"), "7");
+        // One stream, as under `kubectl exec -t`: the terminal carries stderr too.
+        assert_eq!(field(&o, "/status/output/stderrBytes"), "0");
+        ensure!(field(&o, "/status/output/stdoutBytes") != "0", "no output");
+        Ok(())
+    })
+    .await;
+}
+
+/// POST of `body` to PROCESS's resize subresource as `t`'s client (or the user it
+/// impersonates): the answer, or the refusal as text.
+async fn resize_raw(t: &TestNs, process: &str, body: Value) -> Result<Result<String, String>> {
+    let path = format!(
+        "/apis/subresources.sandbox.dev/v1alpha1/namespaces/{}/sandboxprocesses/{process}/resize",
+        t.name
+    );
+    let req = http::Request::post(&path).body(serde_json::to_vec(&body)?)?;
+    Ok(t.client
+        .request_text(req)
+        .await
+        .map_err(|e| format!("{e:?}")))
+}
+
+/// Who may resize (edit, as for stdin; not view), and the refusals that name what is wrong:
+/// a process without a terminal (`spec.tty`), a size out of bounds (`rows`, `cols`).
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn resize_is_for_edit_not_view_and_names_a_missing_tty_or_a_bad_size() {
+    with_ns("suite-resize", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        t.apply_sbp(sbp(
+            "term",
+            "work",
+            json!({"command": ["sleep", "300"], "tty": true}),
+        ))
+        .await?;
+        t.apply_sbp(sbp("plain", "work", json!({"command": ["sleep", "300"]})))
+            .await?;
+        for name in ["term", "plain"] {
+            t.until_field(name, "/status/phase", "Running", 60).await?;
+        }
+        let size = json!({"rows": 40, "cols": 90});
+        t.kubectl(&[
+            "create",
+            "rolebinding",
+            "resize-edit",
+            "--clusterrole=edit",
+            "--user=spo-resize-editor",
+        ])
+        .await?;
+        match resize_raw(&t.as_user("spo-resize-editor").await?, "term", size.clone()).await? {
+            Ok(out) => ensure!(
+                out.contains(r#""rows":40"#) && out.contains(r#""cols":90"#),
+                "{out}"
+            ),
+            Err(e) => anyhow::bail!("edit cannot resize: {e}"),
+        }
+        t.kubectl(&[
+            "create",
+            "rolebinding",
+            "resize-view",
+            "--clusterrole=view",
+            "--user=spo-resize-viewer",
+        ])
+        .await?;
+        match resize_raw(&t.as_user("spo-resize-viewer").await?, "term", size.clone()).await? {
+            Ok(out) => anyhow::bail!("view resized: {out}"),
+            Err(e) => ensure!(
+                e.to_lowercase().contains("forbidden"),
+                "view refused how? {e}"
+            ),
+        }
+        // Through the client, which the subresource's refusal reaches with its code.
+        match t.sandbox.process("plain").resize(40, 90).await {
+            Err(e) => ensure!(
+                e.to_string().contains("TerminalUnavailable") && e.to_string().contains("spec.tty"),
+                "{e}"
+            ),
+            Ok(s) => anyhow::bail!("a process without a terminal resized: {s:?}"),
+        }
+        for (body, field) in [
+            (json!({"rows": 0, "cols": 80}), "rows: 0"),
+            (json!({"rows": 24, "cols": 10001}), "cols: 10001"),
+        ] {
+            match resize_raw(&t, "term", body).await? {
+                Ok(out) => anyhow::bail!("{field}: accepted: {out}"),
+                Err(e) => ensure!(e.contains(field), "{field} refused how? {e}"),
+            }
+        }
+        Ok(())
+    })
+    .await;
+}

@@ -11,6 +11,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use sandbox_api::validate::Valid;
 use sandbox_api::wire::{
     ApiError, ErrorCode, LogQuery, ProcessRecord, SignalRequest, StartRequest, StdinState,
+    TerminalSize,
 };
 
 /// Longest wait for an answer to begin: connection, TLS handshake and the response's head (a
@@ -378,6 +379,25 @@ impl AgentClient {
         resp.json().await.map_err(|e| AgentError::Unreachable {
             url: url.into(),
             message: format!("decoding the stdin state: {e}"),
+        })
+    }
+
+    /// A new window size for the process's terminal; the size the agent set.
+    pub async fn resize(
+        &self,
+        url: &str,
+        id: &str,
+        size: TerminalSize,
+    ) -> Result<TerminalSize, AgentError> {
+        let r = self
+            .http(url)?
+            .post(format!("{url}/v1/processes/{id}/resize"))
+            .timeout(Duration::from_secs(10))
+            .json(&size);
+        let resp = self.send(url, r).await?;
+        resp.json().await.map_err(|e| AgentError::Unreachable {
+            url: url.into(),
+            message: format!("decoding the terminal size: {e}"),
         })
     }
 

@@ -38,6 +38,8 @@ pub async fn resource_list() -> Json<serde_json::Value> {
              "kind": "SandboxProcessSignal", "verbs": ["create"]},
             {"name": "sandboxprocesses/stdin", "singularName": "", "namespaced": true,
              "kind": "SandboxProcessStdin", "verbs": ["create", "get"]},
+            {"name": "sandboxprocesses/resize", "singularName": "", "namespaced": true,
+             "kind": "SandboxProcessResize", "verbs": ["create"]},
             {"name": "sandboxprocesses/probe", "singularName": "", "namespaced": true,
              "kind": "SandboxProcessProbe", "verbs": ["create"]},
         ],

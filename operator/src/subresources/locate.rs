@@ -20,6 +20,8 @@ pub struct Located {
     pub exec_id: String,
     /// The process's pod: the one named, or the one the selector chose.
     pub pod: String,
+    /// It runs on a terminal (`spec.tty`): only then can it be resized.
+    pub tty: bool,
 }
 
 /// Why there is no process to read or signal: not started yet, or never started (the object's
@@ -62,6 +64,7 @@ pub async fn locate(server: &Server, namespace: &str, name: &str) -> Result<Loca
         exec_id: sbp.metadata.uid.clone().unwrap_or_default(),
         // Recorded before the start.
         pod: status.pod_name.clone().unwrap_or(sbp.spec.pod_name),
+        tty: sbp.spec.tty,
     })
 }
 

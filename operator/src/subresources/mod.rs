@@ -11,6 +11,9 @@
 //!   a write not at B is refused (409 `StdinOffsetMismatch`), one over taken bytes that differ
 //!   from them (409 `StdinConflict`: another writer). `GET …/stdin` → the same state,
 //!   where a writer that lost its place resumes. Authorized like `signal`.
+//! - `POST …/sandboxprocesses/NAME/resize` `{"rows": R, "cols": C}` → the same: a new window
+//!   size for the terminal of a `spec.tty` process (the kernel tells it: SIGWINCH). Authorized
+//!   like `stdin`, whose input it shapes.
 //! - `POST …/sandboxprocesses/NAME/probe` `{"tcpSocket": {"port": N}}` or `{"httpGet": {...}}`
 //!   → `{"ready": R, "message": M}`: one port check from inside the pod's network namespace
 //!   (clients' `waitForPort`). Needs `get` on the object and `create pods/exec` on its pod.
@@ -28,7 +31,7 @@
 //!
 //! One job per file: the answers to errors ([`error`]), API discovery ([`discovery`]), who calls
 //! and what they may do ([`authorization`]), where the process and its agent are ([`locate`]),
-//! and one handler per subresource ([`log`], [`signal`], [`stdin`], [`probe`]).
+//! and one handler per subresource ([`log`], [`signal`], [`stdin`], [`resize`], [`probe`]).
 mod authorization;
 mod discovery;
 mod error;
@@ -38,6 +41,7 @@ mod log;
 pub mod mutate;
 mod probe;
 pub mod relay;
+mod resize;
 mod server;
 mod signal;
 mod stdin;
@@ -101,6 +105,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route(&format!("{process}/log"), get(log::log))
         .route(&format!("{process}/signal"), post(signal::signal))
         .route(&format!("{process}/probe"), post(probe::probe))
+        .route(&format!("{process}/resize"), post(resize::resize))
         .route(
             &format!("{process}/stdin"),
             post(stdin::stdin)

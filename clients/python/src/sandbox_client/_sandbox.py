@@ -56,6 +56,8 @@ class Sandbox:
         env: Optional[Mapping[str, str]] = None,
         timeout: Optional[float] = None,
         stdin: bool = False,
+        tty: bool = False,
+        terminal: Optional[Tuple[int, int]] = None,
         readiness: Optional[Mapping[str, Any]] = None,
         ttl: Optional[float] = None,
         stop_signal: Optional[int] = None,
@@ -64,12 +66,14 @@ class Sandbox:
     ) -> "Process":
         """Starts ``argv`` (no shell) in ``pod`` by server-side apply of a SandboxProcess named
         ``id`` (default ``<pod>-<random>``, chosen once per call); returns its handle at once.
+        ``tty``: on a terminal (one output stream, stdin always open), of ``terminal`` =
+        ``(rows, cols)`` (default 24x80), resized with ``Process.resize``.
         The same ``id`` and arguments again: the same process, never a second one. The same
         ``id`` with other arguments: :class:`IdInUse`. Times are seconds (rounded up)."""
         name = id if id is not None else _generated_name(pod)
         manifest = _manifest(
             self.namespace, name, pod, argv, container, cwd, env, timeout, stdin, readiness,
-            ttl, stop_signal, grace_period, labels,
+            ttl, stop_signal, grace_period, labels, tty=tty, terminal=terminal,
         )
         failures = 0
         while True:

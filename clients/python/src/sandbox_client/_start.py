@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 from ._consts import GROUP, VERSION
 from .errors import InvalidArgument
@@ -16,7 +16,8 @@ def _generated_name(pod: str) -> str:
 
 
 def _manifest(namespace, name, pod, argv, container, cwd, env, timeout, stdin, readiness, ttl,
-              stop_signal, grace_period, labels) -> Dict[str, Any]:
+              stop_signal, grace_period, labels, *, tty: bool = False,
+              terminal: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
     if not pod:
         raise InvalidArgument("pod", "must not be empty")
     argv = list(argv)
@@ -33,6 +34,10 @@ def _manifest(namespace, name, pod, argv, container, cwd, env, timeout, stdin, r
         spec["timeoutSeconds"] = _seconds("timeout", timeout, 1)
     if stdin:
         spec["stdin"] = True
+    if tty:
+        spec["tty"] = True
+    if terminal is not None:
+        spec["terminal"] = _terminal(tty, terminal)
     if readiness is not None:
         spec["readiness"] = dict(readiness)
     if ttl is not None:
@@ -48,6 +53,26 @@ def _manifest(namespace, name, pod, argv, container, cwd, env, timeout, stdin, r
         meta["labels"] = dict(labels)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SandboxProcess", "metadata": meta,
             "spec": spec}
+
+
+# The API's bounds of a window size (sandbox_api::wire::MAX_TERMINAL_ROWS, _COLS).
+MAX_ROWS, MAX_COLS = 1000, 10000
+
+
+def _size(prefix: str, rows: int, cols: int) -> Dict[str, int]:
+    """``{"rows", "cols"}`` within the API's bounds; a bad one is named ``<prefix>rows``."""
+    for field, v, top in (("rows", rows, MAX_ROWS), ("cols", cols, MAX_COLS)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
+            raise InvalidArgument(prefix + field, f"{v!r}: must be 1-{top}")
+    return {"rows": rows, "cols": cols}
+
+
+def _terminal(tty: bool, terminal: Tuple[int, int]) -> Dict[str, int]:
+    """``spec.terminal``, checked as the API server would: only with ``tty``."""
+    if not tty:
+        raise InvalidArgument("terminal", "requires tty")
+    rows, cols = terminal
+    return _size("terminal.", rows, cols)
 
 
 def _seconds(field: str, value: float, minimum: int) -> int:

@@ -1,5 +1,6 @@
 //! The handle of one started process: its SandboxProcess object, by name. The handle's calls
-//! are grouped by job: waits (`wait`), output (`output`), signals (`control`), stdin (`stdin`).
+//! are grouped by job: waits (`wait`), output (`output`), signals (`control`), stdin (`stdin`),
+//! the terminal (`terminal`).
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use crate::stdin::{StallHook, StdinStall};
 mod control;
 mod output;
 mod stdin;
+mod terminal;
 mod wait;
 
 pub use control::Killed;
