@@ -16,6 +16,7 @@ mod error;
 mod jsonpath;
 mod logs;
 mod objects;
+mod terminal;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -77,6 +78,19 @@ struct CompletionArgs {
 #[derive(Args, Debug)]
 struct AttachArgs {
     name: String,
+    /// Accepted for `attach -it` (attach always sends our stdin).
+    #[arg(short = 'i', long)]
+    stdin: bool,
+    /// Join this terminal to the process's (created with -t, spec.tty): raw mode, window size
+    /// changes sent, its earlier output replayed first; the detach keys leave it running.
+    #[arg(short = 't', long)]
+    tty: bool,
+    /// With -t: the sequence that detaches (docker's syntax: ctrl-X or a character, comma-separated).
+    #[arg(long, value_name = "KEYS", default_value = terminal::DEFAULT_DETACH_KEYS, value_parser = terminal::parse_detach_keys)]
+    detach_keys: terminal::DetachKeys,
+    /// With -t: replay its output from after this cursor rather than from the beginning.
+    #[arg(long, value_name = "CURSOR", requires = "tty")]
+    after: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -115,6 +129,14 @@ struct RunArgs {
     /// -i`); implies --wait. EOF on our stdin closes the process's.
     #[arg(short = 'i', long)]
     stdin: bool,
+    /// Run it on a terminal (spec.tty) of this terminal's size and join the two (`run -it`): raw
+    /// mode, keys sent as typed (Ctrl-C included), window size changes sent; implies -i. The
+    /// detach keys leave it running (exit 0); otherwise we exit with its exit code.
+    #[arg(short = 't', long)]
+    tty: bool,
+    /// With -t: the sequence that detaches (docker's syntax: ctrl-X or a character, comma-separated).
+    #[arg(long, value_name = "KEYS", default_value = terminal::DEFAULT_DETACH_KEYS, value_parser = terminal::parse_detach_keys)]
+    detach_keys: terminal::DetachKeys,
     /// `client`: print the object that would be created (with -o) and create nothing.
     #[arg(long, value_name = "client|none", value_parser = ["client", "none"], default_value = "none",
           num_args = 0..=1, default_missing_value = "client", require_equals = true)]
@@ -296,7 +318,13 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
             let timeout = (!a.timeout.is_zero()).then_some(a.timeout);
             objects::wait(&sb, &a.name, what, timeout, a.output.as_deref()).await
         }
-        Command::Attach(a) => objects::attach(&sb, &a.name).await,
+        Command::Attach(a) => {
+            let tty = a.tty.then(|| objects::AttachTty {
+                keys: a.detach_keys,
+                after: a.after,
+            });
+            objects::attach(&sb, &a.name, tty).await
+        }
         Command::Completion(_) => unreachable!("handled above"),
     }
 }
@@ -318,13 +346,17 @@ fn completion(a: &CompletionArgs) -> Result<u8, CliError> {
 /// `run`'s flags as the start it makes and how to follow it.
 fn run_of(a: RunArgs) -> Result<objects::Run, CliError> {
     let dry_run = a.dry_run == "client";
-    let wait = a.wait || a.stdin || a.rm;
+    let wait = a.wait || a.stdin || a.tty || a.rm;
     if wait && (a.output.is_some() || dry_run) {
         return Err(CliError::Usage(
             "-o and --dry-run cannot be combined with --wait, --rm or -i".into(),
         ));
     }
-    let mut start = Start::new(a.pod, a.argv).stdin(a.stdin);
+    let mut start = Start::new(a.pod, a.argv).stdin(a.stdin || a.tty);
+    if a.tty {
+        let (rows, cols) = terminal::size();
+        start = start.tty(true).terminal(rows, cols);
+    }
     if let Some(n) = a.name {
         start = start.id(n);
     }
@@ -352,6 +384,7 @@ fn run_of(a: RunArgs) -> Result<objects::Run, CliError> {
         start,
         wait,
         stdin: a.stdin,
+        tty: a.tty.then_some(a.detach_keys),
         rm: a.rm,
         output: a.output,
         dry_run,

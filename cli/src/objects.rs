@@ -31,7 +31,7 @@ pub fn print_object<T: Serialize>(o: &T, format: &str) -> Result<(), CliError> {
 }
 
 /// The process's exit code as ours (0–255), or the failure that phase `Error` means.
-fn exit_status(exit: Exit) -> u8 {
+pub(crate) fn exit_status(exit: Exit) -> u8 {
     exit.code.clamp(0, 255) as u8
 }
 
@@ -39,6 +39,8 @@ pub struct Run {
     pub start: Start,
     pub wait: bool,
     pub stdin: bool,
+    /// `-t`: this terminal joined to the process's, with these detach keys.
+    pub tty: Option<crate::terminal::DetachKeys>,
     pub rm: bool,
     pub output: Option<String>,
     pub dry_run: bool,
@@ -65,7 +67,14 @@ pub async fn run(sb: &Sandbox, r: Run) -> Result<u8, CliError> {
         }
         return Ok(0);
     }
-    let outcome = if r.stdin {
+    let outcome = if let Some(keys) = r.tty {
+        match terminal_to(&p, keys, None).await {
+            // Detached: it runs on, so it stays (--rm or not) for the attach we suggested.
+            Ok(None) => return Ok(0),
+            Ok(Some(code)) => Ok(code),
+            Err(e) => Err(e),
+        }
+    } else if r.stdin {
         attach_to(&p).await
     } else {
         follow_to_exit(&p).await
@@ -91,8 +100,16 @@ async fn follow_to_exit(p: &Process) -> Result<u8, CliError> {
     Ok(exit_status(p.wait(None).await?))
 }
 
-/// Our stdin to the process's (closed at our EOF) while its output streams; its exit code.
-pub async fn attach(sb: &Sandbox, name: &str) -> Result<u8, CliError> {
+/// `attach -t`: this terminal joined to a `tty` process's, after its earlier output (from
+/// `after`, or the beginning) is replayed.
+pub struct AttachTty {
+    pub keys: crate::terminal::DetachKeys,
+    pub after: Option<String>,
+}
+
+/// Our stdin to the process's (closed at our EOF) while its output streams; its exit code. With
+/// `tty`, a terminal session instead (0 when the user detaches).
+pub async fn attach(sb: &Sandbox, name: &str, tty: Option<AttachTty>) -> Result<u8, CliError> {
     let p = sb.process(name);
     // An ended process has no stdin to take ours: say how it ended rather than replay it.
     if let Some(how) = sandbox_client::already_ended(&p.object().await?) {
@@ -101,7 +118,38 @@ pub async fn attach(sb: &Sandbox, name: &str) -> Result<u8, CliError> {
             kind_name(name)
         )));
     }
-    attach_to(&p).await
+    match tty {
+        Some(t) => Ok(terminal_to(&p, t.keys, t.after).await?.unwrap_or(0)),
+        None => attach_to(&p).await,
+    }
+}
+
+/// A terminal session with `p`: its exit status, or None when the user detached (told how to
+/// come back).
+async fn terminal_to(
+    p: &Process,
+    keys: crate::terminal::DetachKeys,
+    after: Option<String>,
+) -> Result<Option<u8>, CliError> {
+    p.wait_started(None).await?;
+    if !p.object().await?.spec.tty {
+        return Err(CliError::Usage(format!(
+            "{} has no terminal (spec.tty: true, or `run -it`): attach without -t",
+            kind_name(p.name())
+        )));
+    }
+    match crate::terminal::session(p, keys, after).await? {
+        crate::terminal::Ended::Exited(code) => Ok(Some(code)),
+        crate::terminal::Ended::Detached => {
+            eprintln!(
+                "\r\nkubectl-sandbox: detached from {}, which runs on; attach again with: kubectl sandbox -n {} attach -it {}",
+                kind_name(p.name()),
+                p.namespace(),
+                p.name()
+            );
+            Ok(None)
+        }
+    }
 }
 
 async fn attach_to(p: &Process) -> Result<u8, CliError> {
