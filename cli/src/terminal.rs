@@ -64,6 +64,7 @@ impl Detach {
             if b == self.keys[self.held] {
                 self.held += 1;
                 if self.held == self.keys.len() {
+                    self.held = 0;
                     return (out, true);
                 }
                 continue;
