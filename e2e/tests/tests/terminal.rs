@@ -113,6 +113,14 @@ async fn run_it_in_tmux_size_resize_ctrl_c_detach_attach_exit_7() {
         let size = tm.size().await?;
         tm.line("stty size").await?;
         tm.until(&format!("^{size}$"), 20).await?;
+        // ... and was in the spec from the start (not only set by a resize after it).
+        let o = t.sbps().get("term").await?;
+        let spec = format!(
+            "{} {}",
+            field(&o, "/spec/terminal/rows"),
+            field(&o, "/spec/terminal/cols")
+        );
+        ensure!(spec == size, "spec.terminal {spec}, the pane {size}");
         // A window change reaches it as a resize.
         tm.tmux(&["resize-window", "-t", "t", "-x", "120", "-y", "40"])
             .await?;
@@ -128,7 +136,9 @@ async fn run_it_in_tmux_size_resize_ctrl_c_detach_attach_exit_7() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         tm.tmux(&["send-keys", "-t", "t", "C-c"]).await?;
         tm.line("echo A$((3+4))B").await?;
-        tm.until(r"^A7B$", 20).await?;
+        // Answered by the inner shell (an outer one would answer too, had Ctrl-C ended us).
+        tm.until(r"^inner# echo A\$\(\(3\+4\)\)B\n+A7B$", 20)
+            .await?;
         // Detach: the plugin exits 0 and says how to come back; the shell runs on.
         tm.tmux(&["send-keys", "-t", "t", "C-p", "C-q"]).await?;
         tm.until(
@@ -140,10 +150,8 @@ async fn run_it_in_tmux_size_resize_ctrl_c_detach_attach_exit_7() {
         tm.line("echo rc=$?").await?;
         tm.until(r"^rc=0$", 10).await?;
         let o = t.sbps().get("term").await?;
-        ensure!(
-            field(&o, "/status/phase") == "Running",
-            "after the detach: {o:?}"
-        );
+        let phase = field(&o, "/status/phase");
+        ensure!(phase == "Running", "after the detach: {phase}");
         // A clean screen, then attach: the earlier output is replayed, typing goes on.
         tm.line("clear").await?;
         tm.tmux(&["clear-history", "-t", "t"]).await?;
@@ -153,7 +161,8 @@ async fn run_it_in_tmux_size_resize_ctrl_c_detach_attach_exit_7() {
             .await?;
         tm.until(r"^A7B$", 30).await?;
         tm.line("echo A$((5+5))B").await?;
-        tm.until(r"^A10B$", 20).await?;
+        tm.until(r"^inner# echo A\$\(\(5\+5\)\)B\n+A10B$", 20)
+            .await?;
         tm.line("exit 7").await?;
         tm.until(PROMPT, 30).await?;
         tm.line("echo rc=$?").await?;
