@@ -5,7 +5,8 @@
 //! Built on `sandbox-client` (the process-handle library): this crate only parses flags and
 //! prints.
 //!
-//! Exit status: `run --wait` exits with the process's exit code (128+signal when killed);
+//! Exit status: `run --wait` (and `run -it`, `attach -it`, unless detached: 0) exits with the
+//! process's exit code (128+signal when killed);
 //! 127 when its executable was not found, 126 when it is not executable (like a shell); 125 when
 //! the process could not run or was lost (phase Error); 1 for any other failure (API errors,
 //! timeouts); 2 for bad usage.
@@ -33,7 +34,7 @@ use error::{flag, CliError};
     bin_name = "kubectl sandbox",
     version,
     about = "Run and follow processes in pods through SandboxProcess objects",
-    after_help = "Exit status of `run --wait`: the process's exit code (128+n when killed by signal n); \
+    after_help = "Exit status of `run --wait`, `run -it` and `attach -it` (0 when detached): the process's exit code (128+n when killed by signal n); \
 127 when its executable was not found, 126 when it is not executable; \
 125 when it could not run or was lost (phase Error). Otherwise 0 on success, 1 on failure, 2 on bad usage.\n\
 Flags go after the plugin's name: `kubectl sandbox -n NS ...` (kubectl passes none placed before it)."
@@ -319,7 +320,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
             objects::wait(&sb, &a.name, what, timeout, a.output.as_deref()).await
         }
         Command::Attach(a) => {
-            let tty = a.tty.then(|| objects::AttachTty {
+            let tty = a.tty.then_some(objects::AttachTty {
                 keys: a.detach_keys,
                 after: a.after,
             });

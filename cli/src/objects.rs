@@ -31,7 +31,7 @@ pub fn print_object<T: Serialize>(o: &T, format: &str) -> Result<(), CliError> {
 }
 
 /// The process's exit code as ours (0–255), or the failure that phase `Error` means.
-pub(crate) fn exit_status(exit: Exit) -> u8 {
+fn exit_status(exit: Exit) -> u8 {
     exit.code.clamp(0, 255) as u8
 }
 
@@ -139,7 +139,7 @@ async fn terminal_to(
         )));
     }
     match crate::terminal::session(p, keys, after).await? {
-        crate::terminal::Ended::Exited(code) => Ok(Some(code)),
+        crate::terminal::Ended::Exited(exit) => Ok(Some(exit_status(exit))),
         crate::terminal::Ended::Detached => {
             eprintln!(
                 "\r\nkubectl-sandbox: detached from {}, which runs on; attach again with: kubectl sandbox -n {} attach -it {}",

@@ -142,8 +142,8 @@ impl Drop for RawMode {
 
 /// How a terminal session ended.
 pub enum Ended {
-    /// The process ended with this exit status.
-    Exited(u8),
+    /// The process ended so.
+    Exited(sandbox_client::Exit),
     /// The detach sequence was typed: the process runs on.
     Detached,
 }
@@ -156,6 +156,11 @@ pub async fn session(
     after: Option<String>,
 ) -> Result<Ended, CliError> {
     let offset = p.stdin_state().await?.bytes;
+    // Before raw mode: from here a SIGTERM or SIGHUP ends the session through its return
+    // (raw mode restored), not by the default action.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut winch = signal(SignalKind::window_change())?;
     let _raw = RawMode::enter()?;
     let (rows, cols) = size();
     p.resize(rows, cols).await?; // this terminal's size, whatever the last one's was
@@ -167,9 +172,6 @@ pub async fn session(
         after,
         ..Default::default()
     }));
-    let mut winch = signal(SignalKind::window_change())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut hup = signal(SignalKind::hangup())?;
     let ended = loop {
         tokio::select! {
             ev = output.next() => match ev {
@@ -178,7 +180,7 @@ pub async fn session(
                     write_out(format!("\r\n[{dropped_bytes} bytes of output dropped here]\r\n").as_bytes())?
                 }
                 Some(Ok(LogEvent::End { .. })) | None => {
-                    break Ended::Exited(crate::objects::exit_status(p.wait(None).await?))
+                    break Ended::Exited(p.wait(None).await?)
                 }
                 Some(Err(e)) => return Err(e.into()),
             },
