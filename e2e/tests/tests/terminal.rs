@@ -72,6 +72,41 @@ impl Tmux {
         }
     }
 
+    /// Saves the outer terminal's settings (`stty -g`) under `tag`.
+    async fn save_stty(&self, tag: &str) -> Result<()> {
+        self.line(&format!("stty -g >{}", self.stty_file(tag)))
+            .await
+    }
+
+    /// Waits for the outer terminal to have the settings saved under `tag` again (the plugin
+    /// restored what its raw mode changed); `check` names this comparison on the screen.
+    async fn same_stty(&self, tag: &str, check: &str) -> Result<()> {
+        let f = self.stty_file(tag);
+        self.line(&format!(
+            "stty -g | cmp -s - {f} && echo {check}=same || echo {check}=changed"
+        ))
+        .await?;
+        self.until(&format!("^{check}=same$"), 10).await.map(|_| ())
+    }
+
+    fn stty_file(&self, tag: &str) -> String {
+        format!("{}.{tag}.stty", self.sock.display())
+    }
+
+    /// The pid of what the outer bash runs in the foreground (the plugin).
+    async fn foreground_pid(&self) -> Result<u32> {
+        let bash = self
+            .tmux(&["display", "-p", "-t", "t", "#{pane_pid}"])
+            .await?;
+        let bash = bash.trim();
+        let kids = std::fs::read_to_string(format!("/proc/{bash}/task/{bash}/children"))?;
+        let pid = kids
+            .split_whitespace()
+            .next()
+            .context("bash runs nothing")?;
+        Ok(pid.parse()?)
+    }
+
     /// The pane's size as `stty size` prints it: "ROWS COLS".
     async fn size(&self) -> Result<String> {
         let s = self
@@ -89,6 +124,7 @@ impl Drop for Tmux {
             .arg("kill-server")
             .status();
         let _ = std::fs::remove_file(&self.sock);
+        let _ = std::fs::remove_file(self.stty_file("before"));
     }
 }
 
@@ -104,6 +140,7 @@ async fn run_it_in_tmux_size_resize_ctrl_c_detach_attach_exit_7() {
         let began = Instant::now();
         let tm = Tmux::start(&t.name, &plugin, 30, 100).await?;
         let ns = &t.name;
+        tm.save_stty("before").await?;
         tm.line(&format!(
             "kubectl sandbox -n {ns} run -it work --name term -e 'PS1=inner# ' -- sh"
         ))
@@ -149,6 +186,7 @@ async fn run_it_in_tmux_size_resize_ctrl_c_detach_attach_exit_7() {
         tm.until(PROMPT, 10).await?;
         tm.line("echo rc=$?").await?;
         tm.until(r"^rc=0$", 10).await?;
+        tm.same_stty("before", "detached").await?;
         let o = t.sbps().get("term").await?;
         let phase = field(&o, "/status/phase");
         ensure!(phase == "Running", "after the detach: {phase}");
@@ -167,10 +205,40 @@ async fn run_it_in_tmux_size_resize_ctrl_c_detach_attach_exit_7() {
         tm.until(PROMPT, 30).await?;
         tm.line("echo rc=$?").await?;
         let screen = tm.until(r"^rc=7$", 10).await?;
+        tm.same_stty("before", "exited").await?;
         println!("the screen at the end:\n{screen}");
         let o = t.until_field("term", "/status/phase", "Exited", 60).await?;
         ensure!(field(&o, "/status/exit/code") == "7", "{o:?}");
         println!("note: the session took {:?}", began.elapsed());
+        Ok(())
+    })
+    .await;
+}
+
+/// A SIGTERM to the plugin in a session ends it with this terminal as it was (raw mode undone),
+/// the process left running.
+#[tokio::test]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+async fn sigterm_in_a_session_restores_the_terminal() {
+    with_ns("terminal-term", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let plugin = PathBuf::from(env("SPO_PLUGIN"));
+        let tm = Tmux::start(&t.name, &plugin, 24, 80).await?;
+        tm.save_stty("before").await?;
+        tm.line(&format!(
+            "kubectl sandbox -n {} run -it work --name term -e 'PS1=inner# ' -- sh",
+            t.name
+        ))
+        .await?;
+        tm.until(r"^inner# ", 60).await?;
+        let pid = tm.foreground_pid().await?;
+        cmd::ok("kill", &["-TERM", &pid.to_string()]).await?;
+        tm.until(r"error: terminated", 20).await?;
+        tm.until(PROMPT, 10).await?;
+        tm.same_stty("before", "terminated").await?;
+        let o = t.sbps().get("term").await?;
+        let phase = field(&o, "/status/phase");
+        ensure!(phase == "Running", "after the plugin's SIGTERM: {phase}");
         Ok(())
     })
     .await;
