@@ -154,7 +154,9 @@ async fn terminal_to(
 
 async fn attach_to(p: &Process) -> Result<u8, CliError> {
     p.wait_started(None).await?;
-    if !p.object().await?.spec.stdin {
+    let spec = p.object().await?.spec;
+    // A terminal's input is stdin too (`tty` implies it): a pipe may type into it.
+    if !spec.stdin && !spec.tty {
         return Err(CliError::Usage(format!(
             "{} was created without stdin (spec.stdin: true, or `run -i`)",
             kind_name(p.name())
