@@ -23,9 +23,11 @@ use crate::error::{Error, Result};
 ///     .cwd("/src")
 ///     .env("CI", "1")
 ///     .timeout(Duration::from_secs(600))
-///     .ttl(Duration::from_secs(3600));
+///     .ttl(Duration::from_secs(3600))
+///     .user(1000, Some(1000)); // as uid 1000, gid 1000 (a root container may)
 /// let object = job.manifest("team-a", "ci-42").unwrap();
 /// assert_eq!(object["spec"]["timeoutSeconds"], 600);
+/// assert_eq!(object["spec"]["securityContext"]["runAsUser"], 1000);
 /// assert_eq!(object["spec"]["command"][1], "test");
 /// // A bad value never leaves the client: the option is named.
 /// let e = Start::new("web-0", ["x"]).stop_signal(99).manifest("ns", "n").unwrap_err();

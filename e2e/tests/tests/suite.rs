@@ -756,6 +756,22 @@ async fn plugin_run_as_1000_prints_uid_1000() {
         ensure!(out.stderr.contains("--run-as"), "{}", out.stderr);
         let left = t.sbps().list(&ListParams::default()).await?.items.len();
         assert_eq!(left, 2, "objects: the two runs only");
+        // --non-root in a root container: the start's error, exit 125 as for any phase Error.
+        let out = cmd::kubectl_sandbox(&[
+            "-n",
+            &t.name,
+            "run",
+            "--wait",
+            "--non-root",
+            "work",
+            "--",
+            "id",
+            "-u",
+        ])
+        .await?;
+        assert_eq!(out.code, Some(125), "{}", out.stderr);
+        ensure!(out.stderr.contains("UserNotPermitted"), "{}", out.stderr);
+        assert_eq!(out.stdout, "", "it ran");
         Ok(())
     })
     .await;
