@@ -560,13 +560,14 @@ async fn a_cpu_written_as_a_number_is_taken_as_a_pod_takes_it() {
         let ms: u64 = field(&o, "/status/usage/cpuTimeMillis").parse().unwrap_or(0);
         ensure!((1400..=2600).contains(&ms), "usage.cpuTimeMillis {ms}, expected 1400-2600");
         println!("note: cpu: 0.5 unquoted, 4 s busy: usage.cpuTimeMillis {ms}");
-        for (limits, says) in [
-            ("{cpu: 0.005}", "spec.resources.limits.cpu: Invalid value: \"string\": resources.limits.cpu must be a quantity of 10m"),
-            ("{memory: 1.5}", "resources.limits.memory must be a quantity of 4Mi"),
+        for (limits, field, says) in [
+            ("{cpu: 0.005}", "spec.resources.limits.cpu", "must be a quantity of 10m"),
+            ("{memory: 1.5}", "spec.resources.limits.memory", "must be a quantity of 4Mi"),
         ] {
             let out = cmd::kubectl_stdin(&["-n", &t.name, "apply", "-f", "-"], &yaml("bad", limits)).await?;
             ensure!(!out.success(), "{limits} accepted");
-            ensure!(out.stderr.contains(says), "{limits}: {}", out.stderr);
+            ensure!(out.stderr.contains(field) && out.stderr.contains(says), "{limits}: {}", out.stderr);
+            ensure!(!out.stderr.contains("must be of type"), "{limits} refused by type: {}", out.stderr);
         }
         Ok(())
     })
@@ -1334,7 +1335,9 @@ async fn resize_raw(t: &TestNs, process: &str, body: Value) -> Result<Result<Str
         "/apis/subresources.sandbox.dev/v1alpha1/namespaces/{}/sandboxprocesses/{process}/resize",
         t.name
     );
-    let req = http::Request::post(&path).body(serde_json::to_vec(&body)?)?;
+    let req = http::Request::post(&path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body)?)?;
     Ok(t.client
         .request_text(req)
         .await
