@@ -497,6 +497,12 @@ mod tests {
                 "resources.limits.cpu",
                 ErrorCode::InvalidResourceLimits,
             ),
+        ]
+    }
+
+    /// Terminal requests the door refuses: a size out of bounds, a terminal without stdin.
+    fn tty_cases() -> Vec<(StartRequest, &'static str, ErrorCode)> {
+        vec![
             (
                 StartRequest {
                     stdin: true,
@@ -559,7 +565,11 @@ mod tests {
 
     #[test]
     fn the_door_names_the_field_and_code() {
-        for (r, field, code) in door_cases().into_iter().chain(user_cases()) {
+        for (r, field, code) in door_cases()
+            .into_iter()
+            .chain(tty_cases())
+            .chain(user_cases())
+        {
             let v = start(r.clone()).expect_err(field);
             assert_eq!((v.field.as_str(), v.code), (field, code), "{r:?}: {v}");
             assert!(v.to_string().starts_with(&format!("spec.{field}: ")));

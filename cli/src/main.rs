@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use sandbox_client::{LogStream, Sandbox, Start};
+use sandbox_client::{LogStream, Sandbox, SecurityContext, Start};
 
 use connect::KubeFlags;
 use error::{flag, CliError};
@@ -126,6 +126,20 @@ struct RunArgs {
     /// Delete the object once the process has ended and its output was shown; implies --wait.
     #[arg(long)]
     rm: bool,
+    /// Run the process as UID, with primary group GID (spec.securityContext runAsUser,
+    /// runAsGroup); never more than the container's own user may: a root container may use any,
+    /// a container running as a non-root uid only itself (else phase Error, UserNotPermitted).
+    /// Not `--user`: that is kubectl's kubeconfig user, as everywhere in this plugin.
+    #[arg(long = "run-as", value_name = "UID[:GID]", value_parser = parse_user)]
+    run_as: Option<(u32, Option<u32>)>,
+    /// Supplementary group GID of the process, instead of the container's (repeatable;
+    /// spec.securityContext.supplementalGroups).
+    #[arg(long = "group-add", value_name = "GID", value_parser = parse_id)]
+    group_add: Vec<u32>,
+    /// Refuse to start the process as root (spec.securityContext.runAsNonRoot), the container's
+    /// own uid counting when --run-as is not given.
+    #[arg(long)]
+    non_root: bool,
     /// Keep stdin open to the process and send this command's stdin to it (like `kubectl run
     /// -i`); implies --wait. EOF on our stdin closes the process's.
     #[arg(short = 'i', long)]
@@ -148,6 +162,27 @@ struct RunArgs {
     /// The process's argv (after --).
     #[arg(last = true, required = true, value_name = "ARGV")]
     argv: Vec<String>,
+}
+
+/// A user or group id as a Pod takes it: 0-2147483647.
+fn parse_id(s: &str) -> Result<u32, String> {
+    s.parse::<u32>()
+        .ok()
+        .filter(|v| *v <= sandbox_api::wire::MAX_ID)
+        .ok_or_else(|| {
+            format!(
+                "{s:?} is not a numeric id 0-{} (names are not looked up)",
+                sandbox_api::wire::MAX_ID
+            )
+        })
+}
+
+/// `UID` or `UID:GID`, as `docker run --user` takes them (numbers only).
+fn parse_user(s: &str) -> Result<(u32, Option<u32>), String> {
+    match s.split_once(':') {
+        Some((u, g)) => Ok((parse_id(u)?, Some(parse_id(g)?))),
+        None => Ok((parse_id(s)?, None)),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -381,6 +416,21 @@ fn run_of(a: RunArgs) -> Result<objects::Run, CliError> {
         let (k, v) = objects::parse_pair(kv, "--label")?;
         start = start.label(k, v);
     }
+    if a.non_root && matches!(a.run_as, Some((0, _))) {
+        return Err(CliError::Usage(
+            "--run-as: 0 (root) contradicts --non-root".into(),
+        ));
+    }
+    if a.run_as.is_some() || !a.group_add.is_empty() || a.non_root {
+        start = start.security_context(SecurityContext {
+            supplemental_groups: a.group_add.iter().map(|g| i64::from(*g)).collect(),
+            run_as_non_root: a.non_root.then_some(true),
+            ..Default::default()
+        });
+    }
+    if let Some((uid, gid)) = a.run_as {
+        start = start.user(uid, gid);
+    }
     Ok(objects::Run {
         start,
         wait,
@@ -419,4 +469,67 @@ fn logs_options(a: &LogsArgs) -> Result<logs::Options, CliError> {
         json: a.output.is_some(),
         split: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<objects::Run, String> {
+        let argv = ["kubectl-sandbox", "run"]
+            .iter()
+            .chain(args)
+            .chain(&["--", "id"]);
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        let Command::Run(a) = cli.command else {
+            unreachable!("run")
+        };
+        run_of(a).map_err(|e| e.to_string())
+    }
+
+    fn security_context(args: &[&str]) -> serde_json::Value {
+        let r = run(args).unwrap();
+        r.start.manifest("ns", "n").unwrap()["spec"]["securityContext"].clone()
+    }
+
+    #[test]
+    fn user_flags_make_the_security_context() {
+        use serde_json::json;
+        assert_eq!(security_context(&["w"]), serde_json::Value::Null);
+        assert_eq!(
+            security_context(&["--run-as", "1000:1000", "w"]),
+            json!({"runAsUser": 1000, "runAsGroup": 1000})
+        );
+        assert_eq!(
+            security_context(&["--run-as=0", "--group-add", "2000", "--group-add=3", "w"]),
+            json!({"runAsUser": 0, "supplementalGroups": [2000, 3]})
+        );
+        assert_eq!(
+            security_context(&["--non-root", "w"]),
+            json!({"runAsNonRoot": true})
+        );
+    }
+
+    #[test]
+    fn bad_user_values_are_refused_naming_the_flag() {
+        for (args, flag) in [
+            (&["--run-as", "nobody", "w"][..], "--run-as"),
+            (&["--run-as", "1000:", "w"], "--run-as"),
+            (&["--run-as", "2147483648", "w"], "--run-as"),
+            (&["--run-as=-1", "w"], "--run-as"),
+            (&["--group-add", "wheel", "w"], "--group-add"),
+        ] {
+            let e = run(args)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert!(e.contains(flag), "{args:?}: {e}");
+        }
+        // --user stays kubectl's kubeconfig user.
+        let cli =
+            Cli::try_parse_from(["kubectl-sandbox", "run", "--user", "alice", "w", "--", "id"]);
+        assert_eq!(cli.unwrap().kube.user.as_deref(), Some("alice"));
+        // Root with --non-root is a contradiction, named before anything is sent.
+        let e = run(&["--run-as", "0:5", "--non-root", "w"]).err().unwrap();
+        assert!(e.starts_with("--run-as:"), "{e}");
+    }
 }

@@ -170,6 +170,19 @@ def test_errors_carry_the_status_code(sb, pod):
         p.wait(timeout=MIN)
     assert e.value.code == "InvalidProcessCwd"
     p.delete()
+    # A user the container (root here) cannot hand out: root under runAsNonRoot.
+    p = sb.start(pod, ["id", "-u"], security_context={"runAsNonRoot": True}, id="py-nonroot")
+    with pytest.raises(ProcessFailed) as e:
+        p.wait(timeout=MIN)
+    assert e.value.code == "UserNotPermitted"
+    with pytest.raises(ProcessFailed) as e:
+        p.output(timeout=MIN)
+    assert e.value.code == "UserNotPermitted"
+    p.delete()
+    # One it can: uid 1000.
+    p = sb.start(pod, ["id", "-u"], user=(1000, 1000), id="py-as1000")
+    assert p.output(timeout=MIN).stdout == b"1000\n"
+    p.delete()
     with pytest.raises(InvalidArgument) as e:
         sb.start(pod, ["x"], timeout=0)
     assert e.value.field == "timeout"

@@ -78,6 +78,33 @@ def test_resize_posts_rows_and_cols_once_started_and_refuses_a_bad_size():
     assert waited == ["resize"]
     assert sb.sent == [("POST", "/apis/subresources.sandbox.dev/v1alpha1/namespaces/ns/"
                                 "sandboxprocesses/p/resize", {"rows": 50, "cols": 120})]
+def test_security_context_as_set_and_checked():
+    def sc(**kw):
+        m = _manifest("ns", "n", "w", ["id"], None, None, None, None, False, None, None, None,
+                      None, None, **kw)
+        return m["spec"].get("securityContext")
+
+    assert sc() is None
+    assert sc(user=(1000, 1000)) == {"runAsUser": 1000, "runAsGroup": 1000}
+    # user sets the uid and the gid it was given, keeps the rest (as the Rust crate's user()).
+    assert sc(security_context={"supplementalGroups": [2000], "runAsNonRoot": True,
+                                "runAsGroup": 5}, user=7) == {
+        "runAsUser": 7, "supplementalGroups": [2000], "runAsNonRoot": True}
+    for kw, field in [
+        ({"user": 2**31}, "securityContext.runAsUser"),
+        ({"user": (1, -1)}, "securityContext.runAsGroup"),
+        ({"security_context": {"supplementalGroups": [1, -1]}},
+         "securityContext.supplementalGroups[1]"),
+        ({"security_context": {"supplementalGroups": [1] * 65}},
+         "securityContext.supplementalGroups"),
+        ({"security_context": {"runAsUser": 0, "runAsNonRoot": True}},
+         "securityContext.runAsUser"),
+        ({"security_context": {"runAsNonRoot": "yes"}}, "securityContext.runAsNonRoot"),
+        ({"security_context": {"runAsUsr": 1}}, "securityContext.runAsUsr"),
+    ]:
+        with pytest.raises(InvalidArgument) as e:
+            sc(**kw)
+        assert e.value.field == field, (kw, e.value)
 
 
 def obj(status, readiness=False):

@@ -2,7 +2,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sandbox_api::crd::{EnvVar, ReadinessSpec, API_VERSION, KIND};
+use sandbox_api::crd::{EnvVar, ReadinessSpec, SecurityContextSpec, API_VERSION, KIND};
+use sandbox_api::wire::MAX_SUPPLEMENTAL_GROUPS;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
@@ -22,9 +23,11 @@ use crate::error::{Error, Result};
 ///     .cwd("/src")
 ///     .env("CI", "1")
 ///     .timeout(Duration::from_secs(600))
-///     .ttl(Duration::from_secs(3600));
+///     .ttl(Duration::from_secs(3600))
+///     .user(1000, Some(1000)); // as uid 1000, gid 1000 (a root container may)
 /// let object = job.manifest("team-a", "ci-42").unwrap();
 /// assert_eq!(object["spec"]["timeoutSeconds"], 600);
+/// assert_eq!(object["spec"]["securityContext"]["runAsUser"], 1000);
 /// assert_eq!(object["spec"]["command"][1], "test");
 /// // A bad value never leaves the client: the option is named.
 /// let e = Start::new("web-0", ["x"]).stop_signal(99).manifest("ns", "n").unwrap_err();
@@ -47,6 +50,7 @@ pub struct Start {
     pub(crate) stop_signal: Option<i32>,
     pub(crate) grace: Option<Duration>,
     pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) security_context: Option<SecurityContextSpec>,
 }
 
 impl Start {
@@ -139,6 +143,23 @@ impl Start {
         self
     }
 
+    /// The user and groups the process runs as (`spec.securityContext`), never more than the
+    /// container's own process has: a start asking for more ends `Error` `UserNotPermitted`
+    /// ([`crate::Error::Process`]). Replaces what [`Start::user`] set.
+    pub fn security_context(mut self, sc: SecurityContextSpec) -> Self {
+        self.security_context = Some(sc);
+        self
+    }
+
+    /// Run as `uid` (`runAsUser`) and, if given, primary group `gid` (`runAsGroup`); the rest of
+    /// the security context is kept.
+    pub fn user(mut self, uid: u32, gid: Option<u32>) -> Self {
+        let sc = self.security_context.get_or_insert_with(Default::default);
+        sc.run_as_user = Some(uid.into());
+        sc.run_as_group = gid.map(Into::into);
+        self
+    }
+
     /// A label on the object (for [`crate::Sandbox::list`] selectors).
     pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.labels.insert(key.into(), value.into());
@@ -209,6 +230,9 @@ impl Start {
         if let Some(g) = self.grace {
             spec["terminationGracePeriodSeconds"] = seconds("grace_period", g, 0)?.into();
         }
+        if let Some(sc) = &self.security_context {
+            spec["securityContext"] = security_context(sc)?;
+        }
         let mut meta = json!({"name": name, "namespace": namespace});
         if !self.labels.is_empty() {
             meta["labels"] = serde_json::to_value(&self.labels).expect("labels serialize");
@@ -238,6 +262,25 @@ fn seconds(field: &str, d: Duration, min: u64) -> Result<i64> {
         ));
     }
     Ok(s as i64)
+}
+
+/// `spec.securityContext`, checked as the API checks it; an error names its field.
+fn security_context(sc: &SecurityContextSpec) -> Result<Value> {
+    sc.to_wire()
+        .map_err(|v| Error::invalid(&v.field, v.message))?;
+    if sc.supplemental_groups.len() > MAX_SUPPLEMENTAL_GROUPS {
+        return Err(Error::invalid(
+            "securityContext.supplementalGroups",
+            format!("more than {MAX_SUPPLEMENTAL_GROUPS} groups"),
+        ));
+    }
+    if sc.run_as_non_root == Some(true) && sc.run_as_user == Some(0) {
+        return Err(Error::invalid(
+            "securityContext.runAsUser",
+            "0 (root) contradicts runAsNonRoot",
+        ));
+    }
+    Ok(serde_json::to_value(sc).expect("securityContext serializes"))
 }
 
 /// Five characters as `generateName` makes them (no vowels, no look-alikes).
@@ -347,6 +390,68 @@ mod tests {
                 (other, _) => panic!("{case}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn security_context_as_set_and_checked() {
+        let m = Start::new("w", ["id"])
+            .user(1000, Some(1000))
+            .manifest("ns", "n")
+            .unwrap();
+        assert_eq!(
+            m["spec"]["securityContext"],
+            json!({"runAsUser": 1000, "runAsGroup": 1000})
+        );
+        let sc = SecurityContextSpec {
+            supplemental_groups: vec![2000],
+            run_as_non_root: Some(true),
+            run_as_group: Some(5),
+            ..Default::default()
+        };
+        let m = Start::new("w", ["id"])
+            .security_context(sc)
+            .user(7, None)
+            .manifest("ns", "n")
+            .unwrap();
+        assert_eq!(
+            m["spec"]["securityContext"],
+            json!({"runAsUser": 7, "supplementalGroups": [2000], "runAsNonRoot": true}),
+            "user() sets the uid and the gid it was given, keeps the rest"
+        );
+        let bad = |sc: SecurityContextSpec| {
+            Start::new("w", ["id"])
+                .security_context(sc)
+                .manifest("ns", "n")
+                .unwrap_err()
+                .to_string()
+        };
+        let e = Start::new("w", ["id"])
+            .user(1 << 31, None)
+            .manifest("ns", "n")
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("securityContext.runAsUser:"),
+            "{e}"
+        );
+        let e = bad(SecurityContextSpec {
+            supplemental_groups: vec![1, -1],
+            ..Default::default()
+        });
+        assert!(
+            e.starts_with("securityContext.supplementalGroups[1]:"),
+            "{e}"
+        );
+        let e = bad(SecurityContextSpec {
+            supplemental_groups: vec![1; 65],
+            ..Default::default()
+        });
+        assert!(e.starts_with("securityContext.supplementalGroups:"), "{e}");
+        let e = bad(SecurityContextSpec {
+            run_as_user: Some(0),
+            run_as_non_root: Some(true),
+            ..Default::default()
+        });
+        assert!(e.starts_with("securityContext.runAsUser:"), "{e}");
     }
 
     #[test]

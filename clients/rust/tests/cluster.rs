@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use sandbox_client::{
-    Error, ErrorCode, LogEvent, LogOptions, LogStream, PortCheck, Sandbox, Start,
+    Error, ErrorCode, LogEvent, LogOptions, LogStream, PortCheck, Sandbox, SecurityContext, Start,
 };
 
 const MIN: Option<Duration> = Some(Duration::from_secs(60));
@@ -367,6 +367,37 @@ async fn errors_carry_the_status_code() {
         ),
         "{e}"
     );
+    p.delete().await.unwrap();
+
+    // A user the container (root here) cannot hand out: root under runAsNonRoot.
+    let p = sb
+        .start(
+            Start::new(pod(), ["id", "-u"])
+                .security_context(SecurityContext {
+                    run_as_non_root: Some(true),
+                    ..Default::default()
+                })
+                .id("rs-nonroot"),
+        )
+        .await
+        .unwrap();
+    let e = p.wait(MIN).await.unwrap_err();
+    assert_eq!(e.process_code(), Some(ErrorCode::UserNotPermitted), "{e}");
+    assert_eq!(
+        p.output(None, MIN).await.unwrap_err().code(),
+        "UserNotPermitted"
+    );
+    p.delete().await.unwrap();
+    // One it can: uid 1000.
+    let p = sb
+        .start(
+            Start::new(pod(), ["id", "-u"])
+                .user(1000, Some(1000))
+                .id("rs-as1000"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.output(None, MIN).await.unwrap().stdout, b"1000\n");
     p.delete().await.unwrap();
 
     // A bad value never leaves the client: the field is named.

@@ -111,3 +111,47 @@ pub async fn deploy(args: &[&str]) -> Result<String> {
     }
     Ok(out.stdout)
 }
+
+/// `kubectl sandbox ARGS` with the plugin built from this tree (cargo, into the tests' target
+/// directory) first on PATH, as a user installs it; not required to succeed.
+pub async fn kubectl_sandbox(args: &[&str]) -> Result<Out> {
+    let root = crate::repo_root();
+    let cargo = option_env!("CARGO").unwrap_or("cargo");
+    let manifest = root.join("Cargo.toml");
+    let manifest = manifest.to_str().context("repository path")?;
+    let built = run(
+        cargo,
+        &[
+            "build",
+            "-q",
+            "--manifest-path",
+            manifest,
+            "-p",
+            "kubectl-sandbox",
+        ],
+        None,
+        Duration::from_secs(600),
+    )
+    .await?;
+    if !built.success() {
+        bail!("building kubectl-sandbox failed: {}", built.stderr);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"));
+    // A directory holding only the plugin, so PATH finds this one and no other.
+    let dir = target.join("e2e-plugin");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(
+        target.join("debug/kubectl-sandbox"),
+        dir.join("kubectl-sandbox"),
+    )?;
+    let path = format!(
+        "PATH={}:{}",
+        dir.to_str().context("target path")?,
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut all = vec![path.as_str(), "kubectl", "sandbox"];
+    all.extend_from_slice(args);
+    run("env", &all, None, Duration::from_secs(120)).await
+}

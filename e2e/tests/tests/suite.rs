@@ -560,13 +560,14 @@ async fn a_cpu_written_as_a_number_is_taken_as_a_pod_takes_it() {
         let ms: u64 = field(&o, "/status/usage/cpuTimeMillis").parse().unwrap_or(0);
         ensure!((1400..=2600).contains(&ms), "usage.cpuTimeMillis {ms}, expected 1400-2600");
         println!("note: cpu: 0.5 unquoted, 4 s busy: usage.cpuTimeMillis {ms}");
-        for (limits, says) in [
-            ("{cpu: 0.005}", "spec.resources.limits.cpu: Invalid value: \"string\": resources.limits.cpu must be a quantity of 10m"),
-            ("{memory: 1.5}", "resources.limits.memory must be a quantity of 4Mi"),
+        for (limits, field, says) in [
+            ("{cpu: 0.005}", "spec.resources.limits.cpu", "must be a quantity of 10m"),
+            ("{memory: 1.5}", "spec.resources.limits.memory", "must be a quantity of 4Mi"),
         ] {
             let out = cmd::kubectl_stdin(&["-n", &t.name, "apply", "-f", "-"], &yaml("bad", limits)).await?;
             ensure!(!out.success(), "{limits} accepted");
-            ensure!(out.stderr.contains(says), "{limits}: {}", out.stderr);
+            ensure!(out.stderr.contains(field) && out.stderr.contains(says), "{limits}: {}", out.stderr);
+            ensure!(!out.stderr.contains("must be of type"), "{limits} refused by type: {}", out.stderr);
         }
         Ok(())
     })
@@ -613,6 +614,165 @@ async fn memory_limit_above_the_containers_is_invalid_resource_limits() {
         let o = t.until_true("underlimit", "Succeeded", 60).await?;
         assert_eq!(field(&o, "/status/output/tail"), "under\n");
         println!("note: {msg}");
+        Ok(())
+    })
+    .await;
+}
+
+// --- the process's user (spec.securityContext) -------------------------------------------------
+
+/// A pod of [`pod`] whose container runs as uid and gid 1000.
+fn pod_as_1000(name: &str) -> Value {
+    let mut p = pod(name, None);
+    p["spec"]["securityContext"] = json!({"runAsUser": 1000, "runAsGroup": 1000});
+    p
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn run_as_user_1000_in_a_root_container_drops_root_and_its_capabilities() {
+    with_ns("suite-user", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        // The container itself is root, with capabilities (the control for the check below).
+        let own = t
+            .in_pod(
+                "work",
+                &["sh", "-c", "id -u; grep CapEff /proc/self/status"],
+            )
+            .await?;
+        ensure!(
+            own.starts_with("0\n") && !own.contains("0000000000000000"),
+            "container: {own}"
+        );
+        t.apply_sbp(sbp("as1000", "work", sh("id; grep CapEff /proc/self/status", json!({
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "supplementalGroups": [2000]}
+        })))).await?;
+        let o = t
+            .until_field("as1000", "/status/phase", "Exited", 60)
+            .await?;
+        assert_eq!(field(&o, "/status/exit/code"), "0");
+        let tail = field(&o, "/status/output/tail");
+        let (id, caps) = tail.split_once('\n').context("two lines")?;
+        ensure!(id.starts_with("uid=1000 gid=1000 groups="), "id: {tail}");
+        let groups = id.split_once("groups=").map(|(_, g)| g).unwrap_or_default();
+        assert_eq!(
+            groups, "2000",
+            "only the supplementary group asked for: {tail}"
+        );
+        assert_eq!(caps.trim_end(), "CapEff:\t0000000000000000", "{tail}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn run_as_root_in_a_container_running_as_1000_is_user_not_permitted() {
+    with_ns("suite-usernp", |t| async move {
+        t.pods([pod_as_1000("u1000")]).await?;
+        t.apply_sbps([
+            sbp(
+                "asroot",
+                "u1000",
+                sh(
+                    "touch /tmp/asroot-ran",
+                    json!({
+                "securityContext": {"runAsUser": 0}}),
+                ),
+            ),
+            // The same as the container's own user runs: the marker is the process's to write.
+            sbp(
+                "asself",
+                "u1000",
+                sh(
+                    "touch /tmp/asself-ran; id -u",
+                    json!({
+                "securityContext": {"runAsUser": 1000}}),
+                ),
+            ),
+        ])
+        .await?;
+        let o = t
+            .until_field("asroot", "/status/phase", "Error", 60)
+            .await?;
+        assert_eq!(field(&o, "/status/error/code"), "UserNotPermitted");
+        let msg = field(&o, "/status/error/message");
+        ensure!(
+            msg.contains("spec.securityContext.runAsUser"),
+            "message: {msg}"
+        );
+        assert_eq!(cond(&o, "Ready"), "False/UserNotPermitted");
+        assert_eq!(field(&o, "/status/startedAt"), "", "it started");
+        let o = t
+            .until_field("asself", "/status/phase", "Exited", 60)
+            .await?;
+        assert_eq!(field(&o, "/status/output/tail"), "1000\n");
+        let seen = t
+            .in_pod(
+                "u1000",
+                &[
+                    "sh",
+                    "-c",
+                    "ls /tmp/asroot-ran /tmp/asself-ran 2>/dev/null; true",
+                ],
+            )
+            .await?;
+        assert_eq!(seen, "/tmp/asself-ran\n", "the refused process ran");
+        println!("note: {msg}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn plugin_run_as_1000_prints_uid_1000() {
+    with_ns("suite-pluser", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let run = |user: &'static str| {
+            let ns = t.name.clone();
+            async move {
+                cmd::kubectl_sandbox(&[
+                    "-n", &ns, "run", "--wait", "--run-as", user, "work", "--", "id", "-u",
+                ])
+                .await
+            }
+        };
+        let out = run("1000:1000").await?;
+        ensure!(
+            out.success(),
+            "exit {:?}: {}{}",
+            out.code,
+            out.stderr,
+            out.stdout
+        );
+        assert_eq!(out.stdout, "1000\n");
+        // Without --user: the container's root (the flag is what changed the user).
+        let out = cmd::kubectl_sandbox(&["-n", &t.name, "run", "--wait", "work", "--", "id", "-u"])
+            .await?;
+        assert_eq!(out.stdout, "0\n", "{}", out.stderr);
+        // A bad value is refused naming the flag, with nothing created.
+        let out = run("nobody").await?;
+        assert_eq!(out.code, Some(2), "{}", out.stderr);
+        ensure!(out.stderr.contains("--run-as"), "{}", out.stderr);
+        let left = t.sbps().list(&ListParams::default()).await?.items.len();
+        assert_eq!(left, 2, "objects: the two runs only");
+        // --non-root in a root container: the start's error, exit 125 as for any phase Error.
+        let out = cmd::kubectl_sandbox(&[
+            "-n",
+            &t.name,
+            "run",
+            "--wait",
+            "--non-root",
+            "work",
+            "--",
+            "id",
+            "-u",
+        ])
+        .await?;
+        assert_eq!(out.code, Some(125), "{}", out.stderr);
+        ensure!(out.stderr.contains("UserNotPermitted"), "{}", out.stderr);
+        assert_eq!(out.stdout, "", "it ran");
         Ok(())
     })
     .await;
@@ -1175,7 +1335,9 @@ async fn resize_raw(t: &TestNs, process: &str, body: Value) -> Result<Result<Str
         "/apis/subresources.sandbox.dev/v1alpha1/namespaces/{}/sandboxprocesses/{process}/resize",
         t.name
     );
-    let req = http::Request::post(&path).body(serde_json::to_vec(&body)?)?;
+    let req = http::Request::post(&path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body)?)?;
     Ok(t.client
         .request_text(req)
         .await

@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from ._apply import apply
 from ._consts import FIELD_MANAGER, GROUP, PLURAL, VERSION
 from ._process import Process
-from ._start import _generated_name, _manifest
+from ._start import User, _generated_name, _manifest
 from .errors import ApiError, IdInUse, _api_error, _status_error
 
 
@@ -63,6 +63,8 @@ class Sandbox:
         stop_signal: Optional[int] = None,
         grace_period: Optional[float] = None,
         labels: Optional[Mapping[str, str]] = None,
+        security_context: Optional[Mapping[str, Any]] = None,
+        user: Optional[User] = None,
     ) -> "Process":
         """Starts ``argv`` (no shell) in ``pod`` by server-side apply of a SandboxProcess named
         ``id`` (default ``<pod>-<random>``, chosen once per call); returns its handle at once.
@@ -74,6 +76,7 @@ class Sandbox:
         manifest = _manifest(
             self.namespace, name, pod, argv, container, cwd, env, timeout, stdin, readiness,
             ttl, stop_signal, grace_period, labels, tty=tty, terminal=terminal,
+            security_context=security_context, user=user,
         )
         failures = 0
         while True:

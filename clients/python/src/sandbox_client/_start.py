@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from ._consts import GROUP, VERSION
 from .errors import InvalidArgument
@@ -15,9 +15,18 @@ def _generated_name(pod: str) -> str:
     return f"{pod[:240].rstrip('-.')}-{suffix}"
 
 
+# A Pod's bounds for ids (int32, clear of (uid_t)-1) and the API's for supplementalGroups.
+MAX_ID = 2**31 - 1
+MAX_SUPPLEMENTAL_GROUPS = 64
+_SECURITY_FIELDS = ("runAsUser", "runAsGroup", "supplementalGroups", "runAsNonRoot")
+
+User = Union[int, Tuple[int, Optional[int]]]
+
+
 def _manifest(namespace, name, pod, argv, container, cwd, env, timeout, stdin, readiness, ttl,
               stop_signal, grace_period, labels, *, tty: bool = False,
-              terminal: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
+              terminal: Optional[Tuple[int, int]] = None, security_context=None,
+              user=None) -> Dict[str, Any]:
     if not pod:
         raise InvalidArgument("pod", "must not be empty")
     argv = list(argv)
@@ -48,6 +57,9 @@ def _manifest(namespace, name, pod, argv, container, cwd, env, timeout, stdin, r
         spec["stopSignal"] = stop_signal
     if grace_period is not None:
         spec["terminationGracePeriodSeconds"] = _seconds("grace_period", grace_period, 0)
+    sc = _security_context(security_context, user)
+    if sc is not None:
+        spec["securityContext"] = sc
     meta: Dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         meta["labels"] = dict(labels)
@@ -80,3 +92,46 @@ def _seconds(field: str, value: float, minimum: int) -> int:
     if s < minimum or s > 2**31 - 1:
         raise InvalidArgument(field, f"{value!r} is outside {minimum}s..{2**31 - 1}s")
     return int(s)
+
+
+def _security_context(sc: Optional[Mapping[str, Any]], user: Optional[User]
+                      ) -> Optional[Dict[str, Any]]:
+    """``spec.securityContext`` (the Rust crate's ``Start::security_context`` and ``user``),
+    checked as the API checks it; an error names its field."""
+    if sc is None and user is None:
+        return None
+    out: Dict[str, Any] = dict(sc or {})
+    for k in out:
+        if k not in _SECURITY_FIELDS:
+            raise InvalidArgument(f"securityContext.{k}",
+                                  f"unknown; one of {', '.join(_SECURITY_FIELDS)}")
+    if user is not None:
+        uid, gid = user if isinstance(user, tuple) else (user, None)
+        out["runAsUser"] = uid
+        out.pop("runAsGroup", None)
+        if gid is not None:
+            out["runAsGroup"] = gid
+    for k in ("runAsUser", "runAsGroup"):
+        if k in out:
+            _id(f"securityContext.{k}", out[k])
+    groups = list(out.get("supplementalGroups") or [])
+    for i, g in enumerate(groups):
+        _id(f"securityContext.supplementalGroups[{i}]", g)
+    if len(groups) > MAX_SUPPLEMENTAL_GROUPS:
+        raise InvalidArgument("securityContext.supplementalGroups",
+                              f"more than {MAX_SUPPLEMENTAL_GROUPS} groups")
+    if groups:
+        out["supplementalGroups"] = groups
+    else:
+        out.pop("supplementalGroups", None)
+    non_root = out.get("runAsNonRoot")
+    if non_root is not None and not isinstance(non_root, bool):
+        raise InvalidArgument("securityContext.runAsNonRoot", f"{non_root!r} is not a bool")
+    if non_root and out.get("runAsUser") == 0:
+        raise InvalidArgument("securityContext.runAsUser", "0 (root) contradicts runAsNonRoot")
+    return out
+
+
+def _id(field: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_ID:
+        raise InvalidArgument(field, f"{v!r}: must be 0-{MAX_ID}")
