@@ -128,12 +128,12 @@ impl Drop for Tmux {
     }
 }
 
-/// `run -it` sees the pane's size and then the resized one, names a pty, takes Ctrl-C as a
-/// terminal does; detach leaves the shell running, `attach -it` replays it and types on, and
+/// `run -it` sees the pane's size and then the resized one, names a pty, runs vi, takes Ctrl-C
+/// as a terminal does; detach leaves the shell running, `attach -it` replays it and types on, and
 /// `exit 7` is the plugin's exit status.
 #[tokio::test]
 #[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
-async fn run_it_in_tmux_size_resize_ctrl_c_detach_attach_exit_7() {
+async fn run_it_in_tmux_size_resize_vi_ctrl_c_detach_attach_exit_7() {
     with_ns("terminal", |t| async move {
         t.pods([pod("work", None)]).await?;
         let plugin = PathBuf::from(env("SPO_PLUGIN"));
@@ -168,6 +168,18 @@ async fn run_it_in_tmux_size_resize_ctrl_c_detach_attach_exit_7() {
         tm.until(&format!("^{resized}$"), 20).await?;
         tm.line("tty").await?;
         tm.until(r"^/dev/pts/[0-9]+$", 20).await?;
+        // A full-screen program draws on it and takes its keys: busybox vi writes a file.
+        tm.line("vi /tmp/vi.txt").await?;
+        tm.until(r"^~\s*$", 20).await?;
+        tm.tmux(&["send-keys", "-t", "t", "-l", "ihello from vi"])
+            .await?;
+        tm.tmux(&["send-keys", "-t", "t", "Escape"]).await?;
+        // As a person pauses: an Escape with keys right behind it reads as an escape sequence.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        tm.line(":wq").await?;
+        tm.line("cat /tmp/vi.txt").await?;
+        tm.until(r"^inner# cat /tmp/vi.txt\n+hello from vi$", 20)
+            .await?;
         // Ctrl-C ends the foreground sleep, not the shell (nor the plugin).
         tm.line("sleep 100").await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
