@@ -9,23 +9,8 @@ use common::*;
 use sandbox_api::wire::{EndReason, EnvVar, LogEvent, Phase, ProbeKind, Readiness};
 use serde_json::json;
 
-struct Fx {
-    agent: Agent,
-    ctr: Container,
-    _base: std::path::PathBuf,
-}
-
 fn fx_with(uid: u32, extra: &[&str]) -> Fx {
-    require_root();
-    let base = base_dir("exec");
-    let runc_root = base.join(uniq("runc"));
-    let ctr = Container::start(&base, &runc_root, uid);
-    let agent = Agent::launch(&base, &runc_root, extra);
-    Fx {
-        agent,
-        ctr,
-        _base: base,
-    }
+    Fx::new("exec", uid, extra)
 }
 
 fn fx() -> Fx {
@@ -892,7 +877,7 @@ async fn concurrent_starts_of_one_id_make_one_process() {
     }
     assert_eq!(pids.len(), 1, "one process for one exec id: {pids:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let rootfs = f._base.join("rootfs");
+    let rootfs = f.base.join("rootfs");
     let lines = std::fs::read_to_string(rootfs.join("tmp").join(&marker)).unwrap();
     assert_eq!(lines, "started\n");
     let (s, _) = f.agent.signal(&q.exec_id, json!({"signal": 9})).await;

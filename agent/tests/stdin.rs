@@ -11,23 +11,8 @@ use sha2::{Digest, Sha256};
 
 const T: Duration = Duration::from_secs(30);
 
-struct Fx {
-    agent: Agent,
-    ctr: Container,
-    _base: std::path::PathBuf,
-}
-
 fn fx() -> Fx {
-    require_root();
-    let base = base_dir("stdin");
-    let runc_root = base.join(uniq("runc"));
-    let ctr = Container::start(&base, &runc_root, 0);
-    let agent = Agent::launch(&base, &runc_root, &[]);
-    Fx {
-        agent,
-        ctr,
-        _base: base,
-    }
+    Fx::new("stdin", 0, &[])
 }
 
 fn with_stdin(c: &Container, cmd: &[&str]) -> StartRequest {

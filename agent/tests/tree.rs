@@ -12,23 +12,8 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
 
-struct Fx {
-    agent: Agent,
-    ctr: Container,
-    _base: PathBuf,
-}
-
 fn fx_mem(memory: Option<u64>) -> Fx {
-    require_root();
-    let base = base_dir("tree");
-    let runc_root = base.join(uniq("runc"));
-    let ctr = Container::start_with(&base, &runc_root, 0, memory);
-    let agent = Agent::launch(&base, &runc_root, &[]);
-    Fx {
-        agent,
-        ctr,
-        _base: base,
-    }
+    Fx::edited("tree", 0, memory, &[], |_| {})
 }
 
 fn fx() -> Fx {

@@ -11,23 +11,8 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
 
-struct Fx {
-    agent: Agent,
-    ctr: Container,
-    _base: std::path::PathBuf,
-}
-
 fn fx() -> Fx {
-    require_root();
-    let base = base_dir("tty");
-    let runc_root = base.join(uniq("runc"));
-    let ctr = Container::start(&base, &runc_root, 0);
-    let agent = Agent::launch(&base, &runc_root, &[]);
-    Fx {
-        agent,
-        ctr,
-        _base: base,
-    }
+    Fx::new("tty", 0, &[])
 }
 
 fn with_tty(c: &Container, cmd: &[&str], rows: u16, cols: u16) -> StartRequest {

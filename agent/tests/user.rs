@@ -11,25 +11,14 @@ use sandbox_api::wire::{SecurityContext, StartRequest};
 
 const T: Duration = Duration::from_secs(20);
 
-struct Fx {
-    agent: Agent,
-    ctr: Container,
-    base: std::path::PathBuf,
-}
-
 /// A container whose process runs as `uid`, with `caps` (its OCI capabilities) when given, else
 /// runc's default ones (no CAP_SETUID, CAP_SETGID).
 fn fx(uid: u32, caps: Option<serde_json::Value>) -> Fx {
-    require_root();
-    let base = base_dir("user");
-    let runc_root = base.join(uniq("runc"));
-    let ctr = Container::start_edited(&base, &runc_root, uid, None, |spec| {
+    Fx::edited("user", uid, None, &[], |spec| {
         if let Some(caps) = caps {
             spec["process"]["capabilities"] = caps;
         }
-    });
-    let agent = Agent::launch(&base, &runc_root, &[]);
-    Fx { agent, ctr, base }
+    })
 }
 
 /// The capabilities a CRI runtime gives a container by default (containerd's list), as the

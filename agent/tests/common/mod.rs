@@ -537,6 +537,36 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
     out
 }
 
+/// One test's fixture: a real container and a real agent in a fresh scratch directory.
+pub struct Fx {
+    pub agent: Agent,
+    pub ctr: Container,
+    pub base: PathBuf,
+}
+
+impl Fx {
+    /// A container running as `uid` and an agent started with `extra` arguments.
+    pub fn new(name: &str, uid: u32, extra: &[&str]) -> Fx {
+        Self::edited(name, uid, None, extra, |_| {})
+    }
+
+    /// Like `new`, with a memory limit on the container and its OCI spec edited before start.
+    pub fn edited(
+        name: &str,
+        uid: u32,
+        memory_limit: Option<u64>,
+        extra: &[&str],
+        edit: impl FnOnce(&mut Value),
+    ) -> Fx {
+        require_root();
+        let base = base_dir(name);
+        let runc_root = base.join(uniq("runc"));
+        let ctr = Container::start_edited(&base, &runc_root, uid, memory_limit, edit);
+        let agent = Agent::launch(&base, &runc_root, extra);
+        Fx { agent, ctr, base }
+    }
+}
+
 /// A scratch directory for the test binary under the target dir (runc needs a real fs path).
 pub fn base_dir(name: &str) -> PathBuf {
     let d =
