@@ -76,6 +76,14 @@ struct CompletionArgs {
     shell: clap_complete::Shell,
 }
 
+/// `--detach-keys`, for `run -it` and `attach -it`.
+#[derive(Args, Debug)]
+struct DetachArgs {
+    /// With -t: the sequence that detaches (docker's syntax: ctrl-X or a character, comma-separated).
+    #[arg(long, value_name = "KEYS", default_value = terminal::DEFAULT_DETACH_KEYS, value_parser = terminal::parse_detach_keys)]
+    detach_keys: terminal::DetachKeys,
+}
+
 #[derive(Args, Debug)]
 struct AttachArgs {
     name: String,
@@ -86,9 +94,8 @@ struct AttachArgs {
     /// changes sent, its earlier output replayed first; the detach keys leave it running.
     #[arg(short = 't', long)]
     tty: bool,
-    /// With -t: the sequence that detaches (docker's syntax: ctrl-X or a character, comma-separated).
-    #[arg(long, value_name = "KEYS", default_value = terminal::DEFAULT_DETACH_KEYS, value_parser = terminal::parse_detach_keys)]
-    detach_keys: terminal::DetachKeys,
+    #[command(flatten)]
+    detach: DetachArgs,
     /// With -t: replay its output from after this cursor rather than from the beginning.
     #[arg(long, value_name = "CURSOR", requires = "tty")]
     after: Option<String>,
@@ -149,9 +156,8 @@ struct RunArgs {
     /// detach keys leave it running (exit 0); otherwise we exit with its exit code.
     #[arg(short = 't', long)]
     tty: bool,
-    /// With -t: the sequence that detaches (docker's syntax: ctrl-X or a character, comma-separated).
-    #[arg(long, value_name = "KEYS", default_value = terminal::DEFAULT_DETACH_KEYS, value_parser = terminal::parse_detach_keys)]
-    detach_keys: terminal::DetachKeys,
+    #[command(flatten)]
+    detach: DetachArgs,
     /// `client`: print the object that would be created (with -o) and create nothing.
     #[arg(long, value_name = "client|none", value_parser = ["client", "none"], default_value = "none",
           num_args = 0..=1, default_missing_value = "client", require_equals = true)]
@@ -356,7 +362,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         }
         Command::Attach(a) => {
             let tty = a.tty.then_some(objects::AttachTty {
-                keys: a.detach_keys,
+                keys: a.detach.detach_keys,
                 after: a.after,
             });
             objects::attach(&sb, &a.name, tty).await
@@ -435,7 +441,7 @@ fn run_of(a: RunArgs) -> Result<objects::Run, CliError> {
         start,
         wait,
         stdin: a.stdin,
-        tty: a.tty.then_some(a.detach_keys),
+        tty: a.tty.then_some(a.detach.detach_keys),
         rm: a.rm,
         output: a.output,
         dry_run,

@@ -156,14 +156,17 @@ def test_output_of_a_process_over_the_retention_is_truncated(sb, pod):
     p.delete()
 
 
+def _wait_and_output_fail_with(p, code):
+    """Both ways of waiting raise the start's error with its code."""
+    for wait in (p.wait, p.output):
+        with pytest.raises(ProcessFailed) as e:
+            wait(timeout=MIN)
+        assert e.value.code == code, (wait.__name__, e.value)
+
+
 def test_errors_carry_the_status_code(sb, pod):
     p = sb.start(pod, ["true"], container="nope", id="py-nocontainer")
-    with pytest.raises(ProcessFailed) as e:
-        p.wait(timeout=MIN)
-    assert e.value.code == "ContainerNotFound"
-    with pytest.raises(ProcessFailed) as e:
-        p.output(timeout=MIN)
-    assert e.value.code == "ContainerNotFound"
+    _wait_and_output_fail_with(p, "ContainerNotFound")
     p.delete()
     p = sb.start(pod, ["ls"], cwd="/no/such/dir", id="py-badcwd")
     with pytest.raises(ProcessFailed) as e:
@@ -172,12 +175,7 @@ def test_errors_carry_the_status_code(sb, pod):
     p.delete()
     # A user the container (root here) cannot hand out: root under runAsNonRoot.
     p = sb.start(pod, ["id", "-u"], security_context={"runAsNonRoot": True}, id="py-nonroot")
-    with pytest.raises(ProcessFailed) as e:
-        p.wait(timeout=MIN)
-    assert e.value.code == "UserNotPermitted"
-    with pytest.raises(ProcessFailed) as e:
-        p.output(timeout=MIN)
-    assert e.value.code == "UserNotPermitted"
+    _wait_and_output_fail_with(p, "UserNotPermitted")
     p.delete()
     # One it can: uid 1000.
     p = sb.start(pod, ["id", "-u"], user=(1000, 1000), id="py-as1000")
