@@ -78,6 +78,7 @@ pub fn start_request(
             None => None,
             Some(sc) => Some(sc.to_wire()?),
         },
+        restart_policy: spec.restart_policy,
     })
 }
 

@@ -6,7 +6,7 @@
 //! included, is in `validate` once, for the operator and the agent's door.
 use crate::names;
 /// Leaf types the object shares with the wire: one definition, so they cannot drift.
-pub use crate::wire::{ExitStatus, LogStream};
+pub use crate::wire::{ExitStatus, LogStream, RestartPolicy};
 use crate::wire::{MAX_CPU_MILLIS, MAX_MEMORY_BYTES, MIN_CPU_MILLIS, MIN_MEMORY_BYTES};
 use crate::wire::{MAX_TERMINAL_COLS, MAX_TERMINAL_ROWS};
 use crate::wire_rules::Violation;
@@ -77,7 +77,9 @@ pub use crate::wire_rules::{MAX_ARGS, MAX_ARG_LEN, MAX_ENV, MAX_PATH_LEN};
     {"rule": "has(self.stdin) == has(oldSelf.stdin) && (!has(self.stdin) || self.stdin == oldSelf.stdin)", "message": "stdin is immutable", "fieldPath": ".stdin"},
     {"rule": "has(self.tty) == has(oldSelf.tty) && (!has(self.tty) || self.tty == oldSelf.tty)", "message": "tty is immutable", "fieldPath": ".tty"},
     {"rule": "has(self.terminal) == has(oldSelf.terminal) && (!has(self.terminal) || self.terminal == oldSelf.terminal)", "message": "terminal is immutable", "fieldPath": ".terminal"},
-    {"rule": "!has(self.terminal) || (has(self.tty) && self.tty)", "message": "terminal requires tty", "fieldPath": ".terminal"}
+    {"rule": "!has(self.terminal) || (has(self.tty) && self.tty)", "message": "terminal requires tty", "fieldPath": ".terminal"},
+    {"rule": "has(self.restartPolicy) == has(oldSelf.restartPolicy) && (!has(self.restartPolicy) || self.restartPolicy == oldSelf.restartPolicy)", "message": "restartPolicy is immutable", "fieldPath": ".restartPolicy"},
+    {"rule": "!has(self.restartPolicy) || self.restartPolicy == 'Never' || !((has(self.stdin) && self.stdin) || (has(self.tty) && self.tty))", "message": "restartPolicy must be Never with stdin or tty", "fieldPath": ".restartPolicy"}
 ]))]
 pub struct SandboxProcessSpec {
     /// Target pod, in the same namespace. Exactly one of `podName`, `podSelector`.
@@ -169,6 +171,17 @@ pub struct SandboxProcessSpec {
     /// resize changes it later. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminal: Option<TerminalSpec>,
+
+    /// Run the process again when it ends, in the same container, as the kubelet restarts a
+    /// container: `Never` (default), `OnFailure` (after an exit code other than 0 or a signal,
+    /// a timeout included), `Always`. The next run starts after a back-off of 10 s, doubled
+    /// after each restart up to 5 min, back to 10 s after a run of 10 min; meanwhile the phase
+    /// stays `Running` with reason `BackOff`. `timeoutSeconds` bounds each run; `stop`,
+    /// deletion, the pod's replacement and the container's end end it for good.
+    /// `status.restartCount` counts restarts, `status.lastExit` says how the previous run
+    /// ended. Not with `stdin` or `tty`. Immutable.
+    #[serde(default, skip_serializing_if = "RestartPolicy::is_never")]
+    pub restart_policy: RestartPolicy,
 
     /// Signal sent on stop and timeout.
     #[serde(default = "default_stop_signal")]

@@ -122,7 +122,7 @@ fn selector(sel: &PodSelector) -> Result<(), Violation> {
 /// The rules only the API server can check, between an object and its previous version: every
 /// field except `stop` and `ttlSecondsAfterFinished` is immutable.
 pub fn spec_update(new: &SandboxProcessSpec, old: &SandboxProcessSpec) -> Result<(), Violation> {
-    let immutable: [(&str, bool); 16] = [
+    let immutable: [(&str, bool); 17] = [
         ("podName", new.pod_name == old.pod_name),
         ("podSelector", new.pod_selector == old.pod_selector),
         ("container", new.container == old.container),
@@ -148,6 +148,7 @@ pub fn spec_update(new: &SandboxProcessSpec, old: &SandboxProcessSpec) -> Result
         ("stdin", new.stdin == old.stdin),
         ("tty", new.tty == old.tty),
         ("terminal", new.terminal == old.terminal),
+        ("restartPolicy", new.restart_policy == old.restart_policy),
     ];
     match immutable.iter().find(|(_, same)| !same) {
         Some((field, _)) => Err(Violation::new(*field, format!("{field} is immutable"))),

@@ -227,6 +227,43 @@ pub struct StartRequest {
     /// `stdin`: a terminal's input is the process's stdin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tty: Option<TerminalSize>,
+    /// Run the process again when it ends (`Never`: once). Never with `stdin` or `tty`.
+    #[serde(default, skip_serializing_if = "RestartPolicy::is_never")]
+    pub restart_policy: RestartPolicy,
+}
+
+/// When a process that ended runs again, in the same container, after a back-off (as the
+/// kubelet restarts a container): `Never` (default), `OnFailure` (an end other than exit code 0
+/// without a signal), `Always`. `stop`, deletion, the pod's replacement and the container's end
+/// end it for good, whatever the policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
+pub enum RestartPolicy {
+    #[default]
+    Never,
+    OnFailure,
+    Always,
+}
+
+impl RestartPolicy {
+    pub const ALL: [RestartPolicy; 3] = [Self::Never, Self::OnFailure, Self::Always];
+
+    pub fn is_never(&self) -> bool {
+        *self == Self::Never
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Never => "Never",
+            Self::OnFailure => "OnFailure",
+            Self::Always => "Always",
+        }
+    }
+
+    /// The policy named `s` (as written in the spec), or `None`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s)
+    }
 }
 
 /// A terminal's window size, in character cells; also the body of a resize request.
@@ -493,6 +530,35 @@ pub struct ProcessRecord {
     /// Bumped on every write by the supervisor; lets readers drop stale updates.
     #[serde(default)]
     pub revision: u64,
+    /// Runs started after the first (`restartPolicy`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restart_count: u32,
+    /// How the previous run ended (after a restart, or while the next one waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<RunEnd>,
+    /// While a restart waits out its back-off: when the next run starts (RFC 3339). The phase
+    /// stays `Running`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_until: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The end of one run of a restarting process, and where its output lies in the ledger.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEnd {
+    pub exit: ExitStatus,
+    pub end_reason: EndReason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    pub finished_at: String,
+    /// Log cursors: the run's output is what lies after `output_from` up to `output_until`
+    /// (`logs --previous`).
+    pub output_from: String,
+    pub output_until: String,
 }
 
 impl ProcessRecord {
@@ -522,6 +588,9 @@ impl ProcessRecord {
             log_match: None,
             stdin: None,
             revision: 0,
+            restart_count: 0,
+            last_exit: None,
+            backoff_until: None,
         }
     }
 
@@ -547,6 +616,10 @@ pub struct LogQuery {
     pub max_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<LogStream>,
+    /// The output of the previous run of a restarting process (`kubectl logs --previous`);
+    /// not with `since` or `follow`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub previous: bool,
 }
 
 /// A log stream that has sent nothing for this long sends an empty line (a keepalive). Every

@@ -132,8 +132,15 @@ pub(crate) fn process(req: &StartRequest) -> Result<(), Violation> {
     if let Some(sc) = &req.security_context {
         security_context(sc)?;
     }
+    if !req.restart_policy.is_never() && req.stdin {
+        return Err(Violation::new("restartPolicy", RESTART_WITH_STDIN));
+    }
     Ok(())
 }
+
+/// Input is one stream of offsets for one run: a process that restarts takes none. The message
+/// of both enforcers (this and the CRD's CEL rule).
+pub const RESTART_WITH_STDIN: &str = "restartPolicy must be Never with stdin or tty";
 
 /// A user or group id: 0 to [`MAX_ID`].
 pub fn id(field: &str, v: i64) -> Result<u32, Violation> {
@@ -371,6 +378,7 @@ fn readiness(r: &wire::Readiness) -> Result<(), Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::RestartPolicy;
 
     fn req(command: &[&str]) -> StartRequest {
         StartRequest {
@@ -388,6 +396,7 @@ mod tests {
             stdin: false,
             tty: None,
             security_context: None,
+            restart_policy: RestartPolicy::Never,
         }
     }
 
@@ -561,6 +570,17 @@ mod tests {
                 ErrorCode::UserNotPermitted,
             ),
         ]
+    }
+
+    #[test]
+    fn a_restarting_process_takes_no_input() {
+        let mut r = req(&["x"]);
+        r.restart_policy = RestartPolicy::OnFailure;
+        assert_eq!(process(&r), Ok(()));
+        r.stdin = true;
+        let err = process(&r).expect_err("stdin with restarts");
+        assert_eq!(err.field, "restartPolicy");
+        assert_eq!(err.message, RESTART_WITH_STDIN);
     }
 
     #[test]

@@ -11,8 +11,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use sandbox_api::crd::{
-    condition, EndReason, ErrorCode, ExitStatus, LogMatchStatus, OutputStatus, Phase, ProcessError,
-    SandboxProcessSpec, SandboxProcessStatus, StdinStatus, UsageStatus,
+    condition, EndReason, ErrorCode, ExitStatus, LastExitStatus, LogMatchStatus, OutputStatus,
+    Phase, ProcessError, SandboxProcessSpec, SandboxProcessStatus, StdinStatus, UsageStatus,
     DEFAULT_START_DEADLINE_SECONDS,
 };
 use sandbox_api::validate::Violation;
@@ -284,6 +284,8 @@ fn carried_over(f: &Facts<'_>, started_in: &str) -> SandboxProcessStatus {
         usage: prev.usage.clone(),
         processes: prev.processes,
         log_match: prev.log_match.clone(),
+        restart_count: prev.restart_count,
+        last_exit: prev.last_exit.clone(),
         phase: Some(Phase::Running),
         ..Default::default()
     }

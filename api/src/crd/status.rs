@@ -83,6 +83,13 @@ pub struct SandboxProcessStatus {
     /// whether it is closed (EOF sent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<StdinStatus>,
+    /// Runs started after the first (`spec.restartPolicy`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restart_count: i32,
+    /// How the previous run ended, with `spec.restartPolicy` (as a container's
+    /// `lastState.terminated`); `kubectl sandbox logs --previous` prints its output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<LastExitStatus>,
     /// `Ready`, `Succeeded`, `Reconciling`, `Stalled` (kstatus-compatible).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -229,6 +236,25 @@ pub struct LogMatchStatus {
     pub line: String,
     /// Opaque log cursor just after the matched line.
     pub cursor: String,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// `status.lastExit`: the end of the previous run of a restarting process.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastExitStatus {
+    /// Its exit code (128+signal when a signal killed it), the signal, and whether
+    /// `timeoutSeconds` expired.
+    pub exit: ExitStatus,
+    /// Why it ended (`Exited`, `Signaled`, `TimedOut`, `OOMKilled`).
+    pub end_reason: EndReason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
 }
 
 /// `status.usage`.

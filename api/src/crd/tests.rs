@@ -485,6 +485,16 @@ const CASES: &[(&str, &str, Option<&str>)] = &[
     ("podName: web\ncommand: [x]\ntty: true\nterminal: {rows: 1001}\n", "terminal.rows", None),
     ("podName: web\ncommand: [x]\ntty: true\nterminal: {cols: -1}\n", "terminal.cols", None),
     ("podName: web\ncommand: [x]\ntty: true\nterminal: {cols: 10001}\n", "terminal.cols", None),
+    (
+        "podName: web\ncommand: [x]\nstdin: true\nrestartPolicy: OnFailure\n",
+        "restartPolicy",
+        Some("restartPolicy must be Never with stdin or tty"),
+    ),
+    (
+        "podName: web\ncommand: [x]\ntty: true\nrestartPolicy: Always\n",
+        "restartPolicy",
+        Some("restartPolicy must be Never with stdin or tty"),
+    ),
 ];
 
 #[test]
@@ -538,6 +548,9 @@ const ACCEPTED: &[&str] = &[
     "podName: web\ncommand: [x]\ntty: true\n",
     "podName: web\ncommand: [x]\ntty: true\nterminal: {rows: 1000, cols: 10000}\n",
     "podName: web\ncommand: [x]\ntty: true\nstdin: false\nterminal: {rows: 1, cols: 1}\n",
+    "podName: web\ncommand: [x]\nrestartPolicy: Always\n",
+    "podName: web\ncommand: [x]\nrestartPolicy: OnFailure\nstdin: false\n",
+    "podName: web\ncommand: [x]\nrestartPolicy: Never\nstdin: true\n",
 ];
 
 fn collect_rules(v: &serde_json::Value, out: &mut Vec<String>) {
@@ -636,6 +649,10 @@ fn only_stop_and_ttl_are_mutable() {
             Box::new(|s| s.security_context = Some(Default::default())),
         ),
         ("tty", Box::new(|s| s.tty = true)),
+        (
+            "restartPolicy",
+            Box::new(|s| s.restart_policy = RestartPolicy::Always),
+        ),
         (
             "terminal",
             Box::new(|s| {

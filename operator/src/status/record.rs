@@ -31,6 +31,17 @@ pub(super) fn record_parts(s: &mut SandboxProcessStatus, r: &ProcessRecord, outp
     if let Some(i) = &r.stdin {
         s.stdin = Some(StdinStatus::from(i));
     }
+    if r.restart_count > 0 {
+        s.restart_count = r.restart_count.min(i32::MAX as u32) as i32;
+    }
+    if let Some(l) = &r.last_exit {
+        s.last_exit = Some(LastExitStatus {
+            exit: l.exit.clone(),
+            end_reason: l.end_reason.into(),
+            started_at: parse_time(l.started_at.as_deref()),
+            finished_at: parse_time(Some(&l.finished_at)),
+        });
+    }
 }
 
 pub(super) fn describe_exit(e: &ExitStatus, reason: Option<EndReason>) -> String {
@@ -59,10 +70,28 @@ pub(super) fn from_record(
     }
 }
 
+/// The reason of `Ready=False` and `Reconciling=True` while a restart waits out its back-off (as
+/// a container's `CrashLoopBackOff`).
+pub const BACK_OFF: &str = "BackOff";
+
 /// A live process: `Running`, ready or not (yet).
 fn running(mut s: SandboxProcessStatus, r: &ProcessRecord) -> (SandboxProcessStatus, Outcome) {
     s.phase = Some(Phase::Running);
-    let outcome = if r.ready {
+    let outcome = if let Some(until) = &r.backoff_until {
+        let after = r.last_exit.as_ref().map_or_else(String::new, |l| {
+            format!(
+                " after the last run {}",
+                describe_exit(&l.exit, Some(l.end_reason.into()))
+            )
+        });
+        Outcome::NotReady {
+            reason: BACK_OFF.into(),
+            message: format!(
+                "back-off: restart {} at {until}{after}",
+                r.restart_count + 1
+            ),
+        }
+    } else if r.ready {
         Outcome::Ready {
             message: "the process is running and ready".into(),
         }

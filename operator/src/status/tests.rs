@@ -358,6 +358,60 @@ fn running_without_readiness_is_ready() {
     assert!(is_started(&s));
 }
 
+/// A run ended and the next waits out its back-off: still Running, not ready, reconciling with
+/// reason BackOff (kstatus InProgress, as a container in CrashLoopBackOff), the count and the
+/// previous run's end in the status; the next run makes it ready again.
+#[test]
+fn back_off_is_running_not_ready_with_the_last_exit() {
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    r.restart_count = 2;
+    r.backoff_until = Some("2027-01-15T08:00:40Z".into());
+    r.last_exit = Some(wire::RunEnd {
+        exit: wire::ExitStatus {
+            code: 3,
+            signal: None,
+            timed_out: false,
+        },
+        end_reason: wire::EndReason::Exited,
+        started_at: Some("2027-01-15T08:00:00.5Z".into()),
+        finished_at: "2027-01-15T08:00:20.5Z".into(),
+        output_from: "c0.0.0".into(),
+        output_until: "c1.1.0".into(),
+    });
+    let s = Case::new().record(r.clone()).run();
+    assert_eq!(s.phase, Some(Phase::Running));
+    assert_eq!(s.restart_count, 2);
+    let last = s.last_exit.as_ref().expect("lastExit");
+    assert_eq!((last.exit.code, last.end_reason), (3, EndReason::Exited));
+    assert_eq!(
+        last.finished_at.as_ref().unwrap().0.to_string(),
+        "2027-01-15T08:00:20Z"
+    );
+    assert_eq!(s.finished_at, None, "not final");
+    assert_eq!(
+        conds(&s),
+        [
+            c("False", "BackOff"),
+            c("Unknown", "Running"),
+            c("True", "BackOff"),
+            c("False", "BackOff"),
+        ]
+    );
+    let msg = &cond(&s, "Ready").message;
+    assert!(
+        msg.contains("restart 3") && msg.contains("exited with code 3"),
+        "{msg}"
+    );
+    // The next run is ready: the count and the last exit stay.
+    r.backoff_until = None;
+    r.restart_count = 3;
+    let s = Case::new().prev(s).record(r).run();
+    assert_eq!(cond(&s, "Ready").reason, "Ready");
+    assert_eq!(s.restart_count, 3);
+    assert!(s.last_exit.is_some());
+}
+
 #[test]
 fn running_not_yet_ready_is_reconciling() {
     let s = Case::new().record(record(wire::Phase::Running)).run();

@@ -30,19 +30,30 @@ pub struct LogParams {
     since: Option<String>,
     stream: Option<String>,
     max_bytes: Option<String>,
+    previous: Option<String>,
+}
+
+/// `true`/`false` (and `1`/`0`, or the bare name) of a parameter, or an error naming it.
+fn flag(name: &str, v: Option<&str>) -> Result<bool> {
+    match v {
+        None | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") | Some("") => Ok(true),
+        Some(other) => Err(SubresourceError::BadRequest(format!(
+            "{name}: {other:?} is not true or false"
+        ))),
+    }
 }
 
 impl LogParams {
     fn query(self) -> Result<LogQuery> {
-        let follow = match self.follow.as_deref() {
-            None | Some("false") | Some("0") => false,
-            Some("true") | Some("1") | Some("") => true,
-            Some(other) => {
-                return Err(SubresourceError::BadRequest(format!(
-                    "follow: {other:?} is not true or false"
-                )))
-            }
-        };
+        let follow = flag("follow", self.follow.as_deref())?;
+        let previous = flag("previous", self.previous.as_deref())?;
+        let since = self.since.filter(|s| !s.is_empty());
+        if previous && (follow || since.is_some()) {
+            return Err(SubresourceError::BadRequest(
+                "previous: not with follow or since (the previous run's output has ended)".into(),
+            ));
+        }
         let max_bytes = match self.max_bytes.as_deref() {
             None => None,
             Some(v) => Some(v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
@@ -50,10 +61,11 @@ impl LogParams {
             })?),
         };
         Ok(LogQuery {
-            since: self.since.filter(|s| !s.is_empty()),
+            since,
             follow,
             max_bytes,
             stream: parse_stream(self.stream.as_deref())?,
+            previous,
         })
     }
 }
