@@ -110,6 +110,15 @@ struct Serve {
     /// (a container's own /sys/fs/cgroup shows only its own cgroup).
     #[arg(long)]
     cgroup_root: Option<PathBuf>,
+    /// The wait before a restarting process's second run (`restartPolicy`), doubled after each
+    /// restart up to --restart-backoff-max-ms; the kubelet's by default. Lower only for tests.
+    #[arg(long, default_value_t = 10_000)]
+    restart_backoff_initial_ms: u64,
+    #[arg(long, default_value_t = 300_000)]
+    restart_backoff_max_ms: u64,
+    /// A run that lasted this long resets the back-off to its initial wait.
+    #[arg(long, default_value_t = 600_000)]
+    restart_backoff_reset_ms: u64,
     /// Output kept per process; older output is dropped with an explicit gap marker.
     #[arg(long, default_value_t = 64 << 20)]
     log_retention_bytes: u64,
@@ -522,6 +531,11 @@ fn registry_config(
         runtime_binary: s.runtime_binary.clone(),
         default_runtime_root: s.runtime_root.clone(),
         retention_bytes: s.log_retention_bytes,
+        backoff: sandbox_agent::shared::launch::Backoff {
+            initial_ms: s.restart_backoff_initial_ms,
+            max_ms: s.restart_backoff_max_ms,
+            reset_after_ms: s.restart_backoff_reset_ms,
+        },
         proc_root: s.proc_root.clone(),
         max_processes: s.max_processes,
         budget: sandbox_agent::daemon::budget::Budget {

@@ -269,13 +269,8 @@ async fn logs(
     Query(q): Query<LogQuery>,
 ) -> Result<Response, AgentError> {
     let eid = ExecId::parse(&id)?;
-    st.registry.get(&id)?;
-    let start = match &q.since {
-        Some(c) => {
-            decode_cursor(eid.as_str(), c).map_err(|e| AgentError::InvalidRequest(e.to_string()))?
-        }
-        None => Pos::default(),
-    };
+    let rec = st.registry.get(&id)?;
+    let (start, until) = log_span(&eid, &q, &rec)?;
     let dir = st.registry.layout().ledger(&eid);
     if let Some(why) = crate::daemon::budget::freed(&dir) {
         return Err(AgentError::OutputFreed(format!("process {id}: {why}")));
@@ -296,6 +291,7 @@ async fn logs(
         want: q.stream.unwrap_or(LogStream::Both),
         follow: q.follow,
         budget: q.max_bytes.unwrap_or(u64::MAX),
+        until,
         wakes,
         tx,
     };
@@ -304,6 +300,45 @@ async fn logs(
         tokio::select! { _ = reader.send_from(start) => {}, _ = stopping(stop) => {} }
     });
     Ok(ndjson(rx))
+}
+
+/// Where a read starts (`since`, else the beginning) and, for `previous`, where it ends: the
+/// previous run's span, as its supervisor recorded it.
+fn log_span(
+    eid: &ExecId,
+    q: &LogQuery,
+    rec: &ProcessRecord,
+) -> Result<(Pos, Option<Pos>), AgentError> {
+    let decode = |c: &str| {
+        decode_cursor(eid.as_str(), c).map_err(|e| AgentError::InvalidRequest(e.to_string()))
+    };
+    if !q.previous {
+        let start = q.since.as_deref().map(decode).transpose()?;
+        return Ok((start.unwrap_or_default(), None));
+    }
+    if q.follow || q.since.is_some() {
+        return Err(AgentError::InvalidRequest(
+            "previous: not with follow or since (the previous run's output has ended)".into(),
+        ));
+    }
+    let Some(last) = &rec.last_exit else {
+        return Err(AgentError::InvalidRequest(format!(
+            "previous: process {} has no previous run (restartCount {})",
+            rec.exec_id, rec.restart_count
+        )));
+    };
+    Ok((
+        decode(&last.output_from)?,
+        Some(decode(&last.output_until)?),
+    ))
+}
+
+/// The ledger position just past an entry.
+fn entry_end(e: &Entry) -> Pos {
+    match e {
+        Entry::Data { cursor, .. } => *cursor,
+        Entry::Gap { to, .. } => *to,
+    }
 }
 
 /// Validates the cursor up front so a bad one is a 400, not a broken stream.
@@ -326,21 +361,31 @@ struct LogReader {
     follow: bool,
     /// Bytes of output still to send (maxBytes).
     budget: u64,
+    /// Where the output asked for ends (`previous`: where the next run's begins).
+    until: Option<Pos>,
     wakes: Option<crate::daemon::follow::Follow>,
     tx: mpsc::Sender<Bytes>,
 }
 
 impl LogReader {
-    /// Sends output from `pos` until the end (or maxBytes), then the event that says which.
+    /// Sends output from `pos` until the end (or maxBytes, or the span's end), then the event that
+    /// says which.
     async fn send_from(mut self, mut pos: Pos) {
         let mut final_seen = false;
         // When this stream last sent something: an idle follow sends a keepalive line after
         // LOG_KEEPALIVE of silence, so its reader can tell an idle process from a dead link.
         let mut last_sent = tokio::time::Instant::now();
         loop {
-            let Some((entries, next)) = self.read(pos, self.budget.min(READ_CHUNK)).await else {
+            let Some((mut entries, mut next)) = self.read(pos, self.budget.min(READ_CHUNK)).await
+            else {
                 break;
             };
+            // A span (`previous`) ends where the next run's output begins.
+            let span_done = self.until.is_some_and(|u| next.offset >= u.offset);
+            if let Some(until) = self.until.filter(|_| span_done) {
+                entries.retain(|e| entry_end(e).offset <= until.offset);
+                next = until;
+            }
             let got_any = !entries.is_empty();
             for e in entries {
                 let Some(ev) = self.event_of(e) else {
@@ -352,6 +397,11 @@ impl LogReader {
                 last_sent = tokio::time::Instant::now();
             }
             pos = next;
+            // A span cannot be resumed (`previous` takes no `since`): maxBytes ends it.
+            if span_done || (self.until.is_some() && self.budget == 0) {
+                let _ = self.tx.send(line(&end_event(self.cursor(pos), None))).await;
+                return;
+            }
             if self.budget == 0 {
                 self.send_after_limit(pos).await;
                 return;

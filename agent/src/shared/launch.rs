@@ -17,6 +17,41 @@ pub struct LaunchSpec {
     pub runtime_binary: String,
     pub runtime_root: String,
     pub retention_bytes: u64,
+    /// The back-off between runs of a restarting process (`restartPolicy`).
+    #[serde(default)]
+    pub backoff: Backoff,
+}
+
+/// The wait before a process's next run, as the kubelet's before a container's restart: `initial`
+/// after the first end, doubled after each restart up to `max`, back to `initial` after a run
+/// that lasted `reset_after` (milliseconds each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Backoff {
+    pub initial_ms: u64,
+    pub max_ms: u64,
+    pub reset_after_ms: u64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial_ms: 10_000,
+            max_ms: 300_000,
+            reset_after_ms: 600_000,
+        }
+    }
+}
+
+impl Backoff {
+    /// The wait before the next run, after `restarts` restarts since the last reset.
+    pub fn delay(&self, restarts: u32) -> std::time::Duration {
+        let ms = self
+            .initial_ms
+            .saturating_mul(1u64.checked_shl(restarts).unwrap_or(u64::MAX))
+            .min(self.max_ms.max(self.initial_ms));
+        std::time::Duration::from_millis(ms)
+    }
 }
 
 /// Identity of a running supervisor (pid reuse safe).
@@ -35,3 +70,28 @@ impl SupervisorIdentity {
 
 /// Mode argument: end what is left of a lost supervisor's tree, then exit.
 pub const END_TREE: &str = "--end-tree";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_ten_seconds_to_five_minutes() {
+        let b = Backoff::default();
+        let secs: Vec<u64> = (0..8).map(|n| b.delay(n).as_secs()).collect();
+        assert_eq!(secs, [10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(b.delay(63).as_secs(), 300);
+        assert_eq!(
+            b.delay(64).as_secs(),
+            300,
+            "a shift past the width is the cap"
+        );
+        assert_eq!(b.delay(u32::MAX).as_secs(), 300);
+        let none = Backoff {
+            initial_ms: 0,
+            max_ms: 0,
+            reset_after_ms: 0,
+        };
+        assert_eq!(none.delay(5).as_millis(), 0);
+    }
+}

@@ -53,10 +53,11 @@ impl Supervisor {
         Ok(())
     }
 
-    /// The tree has ended and its output is drained: the final record.
-    pub(super) fn finish(&mut self) -> Result<()> {
+    /// The tree has ended and its output is drained: how this run ended. Its cgroup (and
+    /// readiness) are done with; the record is not written yet.
+    pub(super) fn end_run(&mut self) -> (ExitStatus, EndReason) {
         self.probe_cancel.store(true, Ordering::Relaxed);
-        let end = self.exit.expect("finish after exit");
+        let end = self.exit.expect("end of a run after its exit");
         let (code, signal) = (end.code(), end.signal());
         let container_gone = signal == Some(libc::SIGKILL)
             && !self.stop_requested
@@ -72,13 +73,20 @@ impl Supervisor {
             oom,
             container_gone,
         });
-        self.rec.phase = Phase::Exited;
-        self.rec.exit = Some(ExitStatus {
+        let exit = ExitStatus {
             code,
             signal,
             timed_out: self.timed_out,
-        });
+        };
+        (exit, reason)
+    }
+
+    /// The process has ended for good: the final record.
+    pub(super) fn finish(&mut self, exit: ExitStatus, reason: EndReason) -> Result<()> {
+        self.rec.phase = Phase::Exited;
+        self.rec.exit = Some(exit);
         self.rec.end_reason = Some(reason);
+        self.rec.backoff_until = None;
         self.rec.finished_at = Some(rfc3339(now_nanos()));
         self.save(true)?;
         let _ = std::fs::remove_file(reserve_path(&self.layout, &self.id));
@@ -87,7 +95,7 @@ impl Supervisor {
     }
 
     /// A container stop SIGKILLs every process in it; the init may die a moment after ours.
-    fn container_ended(&self) -> bool {
+    pub(super) fn container_ended(&self) -> bool {
         let until = Instant::now() + Duration::from_millis(500);
         loop {
             if !procfs::alive(self.spec.container_pid, self.spec.container_start) {
@@ -126,5 +134,6 @@ impl Supervisor {
             }
             let _ = std::fs::remove_file(self.layout.cgroup(&self.id));
         }
+        self.cgroup_events = None;
     }
 }

@@ -28,22 +28,37 @@ const CGROUP_EVENTS: usize = 5;
 
 impl Supervisor {
     /// Launches the process, supervises it until its tree has ended and its output is drained,
-    /// then writes the final record.
+    /// runs it again as its restart policy says, then writes the final record.
     pub(super) fn run(mut self) -> Result<()> {
-        if !self.launch()? {
-            return Ok(());
-        }
         let mut buf = vec![0u8; READ_BUF];
+        loop {
+            if !self.launch()? {
+                return Ok(());
+            }
+            self.supervise_run(&mut buf)?;
+            let (exit, reason) = self.end_run();
+            if !self.restarts_after(&exit, reason) {
+                return self.finish(exit, reason);
+            }
+            let until = self.begin_backoff(exit.clone(), reason)?;
+            if let Some(reason) = self.wait_out_backoff(until)? {
+                return self.finish(exit, reason);
+            }
+            self.next_run()?;
+        }
+    }
+
+    /// One run: until its tree has ended and its output is drained.
+    fn supervise_run(&mut self, buf: &mut [u8]) -> Result<()> {
         loop {
             self.check_tree()?;
             if self.tree_done() && self.done_draining() {
-                break;
+                return Ok(());
             }
             let woken = self.wait_for_events()?;
-            self.on_wakeup(woken, &mut buf)?;
+            self.on_wakeup(woken, buf)?;
             self.on_time(Instant::now())?;
         }
-        self.finish()
     }
 
     /// Output still held open after the tree ended (passed outside it) is waited for a while
@@ -128,7 +143,7 @@ impl Supervisor {
     }
 
     /// SIGCHLD means children to reap; any other signal asks the supervisor itself to stop.
-    fn on_signals(&mut self) {
+    pub(super) fn on_signals(&mut self) {
         let mut stop_sig = false;
         while let Ok(Some(info)) = self.sigfd.read_signal() {
             if info.ssi_signo as i32 != libc::SIGCHLD {

@@ -250,6 +250,7 @@ impl Supervisor {
         self.rec.pid = procfs::ns_pid(host_pid);
         self.rec.phase = Phase::Running;
         self.rec.started_at = Some(rfc3339(now_nanos()));
+        self.run_started = Some(now);
         self.timeout_at = self
             .spec
             .request
@@ -264,7 +265,12 @@ impl Supervisor {
     /// The environment may hold Secret values (`env[].valueFrom`): once runc has read it, nothing
     /// on disk keeps it (the process spec goes, the launch spec keeps the names only).
     fn forget_env(&mut self) {
-        let _ = std::fs::remove_file(self.layout.process_spec(&self.id));
+        let path = self.layout.process_spec(&self.id);
+        if !self.spec.request.restart_policy.is_never() && self.process_spec.is_none() {
+            // The next runs need it; memory is where the running process's env is anyway.
+            self.process_spec = std::fs::read(&path).ok();
+        }
+        let _ = std::fs::remove_file(path);
         for e in &mut self.spec.request.env {
             e.value.clear();
         }

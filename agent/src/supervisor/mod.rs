@@ -20,7 +20,8 @@
 //! - [`stop`](self::stop): control requests, stop sequences and signals to the tree.
 //! - [`record_file`](self::record_file): writing the record (refreshes, the final one, its room).
 //! - [`stdin`](self::stdin), [`tty`](self::tty): the process's input, its terminal.
-//! - [`end`](self::end): how the process ended (exit, error) and the final record.
+//! - [`end`](self::end): how a run ended (exit, error) and the final record.
+//! - [`restart`](self::restart): runs after the first (`restartPolicy`) and their back-off.
 //! - [`cgroup`]: the process tree's own cgroup (membership, kill, limits, usage).
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
@@ -45,6 +46,7 @@ mod launch;
 mod output;
 mod ready;
 mod record_file;
+mod restart;
 mod start;
 mod stdin;
 mod stop;
@@ -58,7 +60,7 @@ use crate::shared::exec_id::ExecId;
 use crate::shared::launch::LaunchSpec;
 use crate::shared::launch::END_TREE;
 use crate::shared::layout::Layout;
-use crate::shared::ledger::LedgerWriter;
+use crate::shared::ledger::{LedgerWriter, Pos};
 use crate::shared::readiness::LogMatcher;
 use crate::shared::wait::ChildEnd;
 use crate::supervisor::cgroup::ProcessCgroup;
@@ -153,6 +155,17 @@ struct Supervisor {
     oom_before: Option<u64>,
     /// Kinds of write that failed so far (logged once each).
     write_errors: Vec<&'static str>,
+    /// Where this run's output starts in the ledger.
+    run_from: Pos,
+    /// When this run started running.
+    run_started: Option<Instant>,
+    /// Restarts since the back-off was last reset (by a long enough run).
+    restarts_since_reset: u32,
+    /// Between runs: waiting out the back-off.
+    backing_off: bool,
+    /// The runtime's process spec, kept for the next runs of a restarting process (its file
+    /// goes once read: it may hold Secret values).
+    process_spec: Option<Vec<u8>>,
 }
 
 /// `now + secs`, or `None` when that instant cannot be represented (no deadline then): spec values

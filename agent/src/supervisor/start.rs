@@ -15,7 +15,7 @@ use crate::shared::exec_id::ExecId;
 use crate::shared::launch::LaunchSpec;
 use crate::shared::launch::SupervisorIdentity;
 use crate::shared::layout::Layout;
-use crate::shared::ledger::LedgerWriter;
+use crate::shared::ledger::{LedgerWriter, Pos};
 use crate::shared::procfs;
 use crate::shared::readiness::LogMatcher;
 use crate::shared::record;
@@ -69,6 +69,11 @@ impl Supervisor {
             dirty_since: None,
             oom_before,
             write_errors: Vec::new(),
+            run_from: Pos::default(),
+            run_started: None,
+            restarts_since_reset: 0,
+            backing_off: false,
+            process_spec: None,
         };
         s.save(false)?;
         Ok(s)
@@ -121,7 +126,7 @@ fn bind_control(layout: &Layout, id: &ExecId) -> Result<UnixListener> {
 }
 
 /// A bad logMatch pattern must fail the start, before anything is launched.
-fn log_matcher(spec: &LaunchSpec) -> Result<Option<LogMatcher>> {
+pub(super) fn log_matcher(spec: &LaunchSpec) -> Result<Option<LogMatcher>> {
     Ok(match spec.request.readiness.as_ref().map(|r| &r.probe) {
         Some(ProbeKind::LogMatch { pattern, stream }) => Some(LogMatcher::new(pattern, *stream)?),
         _ => None,

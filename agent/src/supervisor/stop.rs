@@ -157,7 +157,8 @@ impl Supervisor {
         checked_signal(signal)?;
         // A stop ends the input too (EOF), as the process may be waiting for it.
         self.close_stdin();
-        if !self.tree_done() && !self.stop_requested {
+        // Between runs there is no tree, but a stop ends the process for good.
+        if (!self.tree_done() || self.backing_off) && !self.stop_requested {
             self.stop_requested = true;
             self.rec.stop_requested = true;
             self.save(false).map_err(|e| e.to_string())?;

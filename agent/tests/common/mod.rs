@@ -241,6 +241,8 @@ impl Agent {
 
     /// (Re)starts the agent process on the same state dir and port.
     pub fn spawn(&mut self) {
+        // A pooled connection to the agent that was killed would fail the next request.
+        self.client = reqwest::Client::new();
         self.start_process();
         let deadline = Instant::now() + Duration::from_secs(20);
         while !self.listening() {

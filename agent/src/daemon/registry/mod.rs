@@ -41,6 +41,8 @@ pub struct Config {
     /// Used when the lookup does not say where the container's runtime state lives.
     pub default_runtime_root: String,
     pub retention_bytes: u64,
+    /// The back-off between runs of a restarting process.
+    pub backoff: crate::shared::launch::Backoff,
     /// Prefix under which container roots are visible (`/proc`; with hostPID the host's).
     pub proc_root: String,
     /// The node's output budget and the retention of finished output.
