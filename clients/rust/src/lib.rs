@@ -69,7 +69,8 @@ pub use sandbox_api::wire::{ProcessRecord, StdinState};
 pub use start::Start;
 pub use started::{describe, start_state, StartState};
 pub use state::{
-    already_ended, exit_of, is_final, is_ready, is_started, never_started, ready_outcome, Exit,
+    already_ended, exit_of, is_final, is_ready, is_started, last_exit_of, never_started,
+    ready_outcome, Exit,
 };
 pub use stdin::StdinStall;
 
