@@ -150,7 +150,7 @@ struct RunArgs {
     /// Run it again when it ends (spec.restartPolicy, kubectl run's flag): Never, OnFailure (after
     /// an exit other than code 0), Always; after a back-off of 10s doubling to 5m (phase Running,
     /// reason BackOff). `logs --previous` prints the previous run's output. Not with -i or -t.
-    #[arg(long, value_name = "POLICY", value_parser = parse_restart)]
+    #[arg(long, value_name = "POLICY", value_parser = restart_policies())]
     restart: Option<RestartPolicy>,
     /// Keep stdin open to the process and send this command's stdin to it (like `kubectl run
     /// -i`); implies --wait. EOF on our stdin closes the process's.
@@ -175,12 +175,12 @@ struct RunArgs {
     argv: Vec<String>,
 }
 
-/// `--restart`'s value, spelled as in the spec (and kubectl run).
-fn parse_restart(s: &str) -> Result<RestartPolicy, String> {
-    RestartPolicy::parse(s).ok_or_else(|| {
-        let all: Vec<&str> = RestartPolicy::ALL.iter().map(|p| p.as_str()).collect();
-        format!("{s:?} is not one of {}", all.join(", "))
-    })
+/// `--restart`'s values, spelled as in the spec (and kubectl run): possible values, so a bad one
+/// is refused listing them and `--restart <TAB>` completes them.
+fn restart_policies() -> impl clap::builder::TypedValueParser<Value = RestartPolicy> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(RestartPolicy::ALL.map(RestartPolicy::as_str))
+        .map(|s| RestartPolicy::parse(&s).expect("one of RestartPolicy::ALL"))
 }
 
 /// A user or group id as a Pod takes it: 0-2147483647.
