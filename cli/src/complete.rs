@@ -253,6 +253,11 @@ mod tests {
             names(words(&["logs", "--stream", "std"])),
             vec!["stdout", "stderr"]
         );
+        assert_eq!(
+            names(words(&["run", "--restart", ""])),
+            vec!["Never", "OnFailure", "Always"]
+        );
+        assert_eq!(names(words(&["run", "--restart", "O"])), vec!["OnFailure"]);
         assert_eq!(names(words(&["wait", "--for="])), Vec::<String>::new());
         assert_eq!(
             words(&["-n", "team", "logs", "ab"]),

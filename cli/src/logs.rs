@@ -26,6 +26,8 @@ pub struct Options {
     /// stderr output to our stderr (`run --wait`, like `kubectl exec`); otherwise everything goes
     /// to stdout, like `kubectl logs`.
     pub split: bool,
+    /// The previous run's output only (`--previous`).
+    pub previous: bool,
 }
 
 /// Writes events to stdout/stderr, optionally with timestamps at line starts.
@@ -230,6 +232,7 @@ pub async fn print(p: &Process, o: &Options) -> Result<Option<String>, CliError>
             after: after.clone(),
             stream: o.stream,
             limit_bytes: None,
+            previous: o.previous,
         }));
         let mut end = None;
         while let Some(ev) = s.next().await {
@@ -261,6 +264,7 @@ pub async fn print(p: &Process, o: &Options) -> Result<Option<String>, CliError>
         after,
         stream: o.stream,
         limit_bytes: if here { None } else { o.limit_bytes },
+        previous: o.previous,
     }));
     let mut last = None;
     while let Some(ev) = s.next().await {

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use sandbox_client::{LogStream, Sandbox, SecurityContext, Start};
+use sandbox_client::{LogStream, RestartPolicy, Sandbox, SecurityContext, Start};
 
 use connect::KubeFlags;
 use error::{flag, CliError};
@@ -147,6 +147,11 @@ struct RunArgs {
     /// own uid counting when --run-as is not given.
     #[arg(long)]
     non_root: bool,
+    /// Run it again when it ends (spec.restartPolicy, kubectl run's flag): Never, OnFailure (after
+    /// an exit other than code 0), Always; after a back-off of 10s doubling to 5m (phase Running,
+    /// reason BackOff). `logs --previous` prints the previous run's output. Not with -i or -t.
+    #[arg(long, value_name = "POLICY", value_parser = restart_policies())]
+    restart: Option<RestartPolicy>,
     /// Keep stdin open to the process and send this command's stdin to it (like `kubectl run
     /// -i`); implies --wait. EOF on our stdin closes the process's.
     #[arg(short = 'i', long)]
@@ -168,6 +173,14 @@ struct RunArgs {
     /// The process's argv (after --).
     #[arg(last = true, required = true, value_name = "ARGV")]
     argv: Vec<String>,
+}
+
+/// `--restart`'s values, spelled as in the spec (and kubectl run): possible values, so a bad one
+/// is refused listing them and `--restart <TAB>` completes them.
+fn restart_policies() -> impl clap::builder::TypedValueParser<Value = RestartPolicy> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(RestartPolicy::ALL.map(RestartPolicy::as_str))
+        .map(|s| RestartPolicy::parse(&s).expect("one of RestartPolicy::ALL"))
 }
 
 /// A user or group id as a Pod takes it: 0-2147483647.
@@ -197,6 +210,10 @@ struct LogsArgs {
     /// Follow until the process ends.
     #[arg(short = 'f', long)]
     follow: bool,
+    /// The output of the previous run of a restarting process (`run --restart`), as `kubectl
+    /// logs --previous`; it has ended: not with -f or --after.
+    #[arg(short = 'p', long, conflicts_with_all = ["follow", "after"])]
+    previous: bool,
     /// Start after this cursor (from `-o json` events, `status.logMatch`): no repeat, no gap.
     #[arg(long, value_name = "CURSOR")]
     after: Option<String>,
@@ -437,6 +454,16 @@ fn run_of(a: RunArgs) -> Result<objects::Run, CliError> {
     if let Some((uid, gid)) = a.run_as {
         start = start.user(uid, gid);
     }
+    if let Some(p) = a.restart {
+        start = start.restart_policy(p);
+        // The API's rule (not with stdin or tty, i.e. -i, -t), named by our flag.
+        if let Err(e) = start.manifest("-", "-") {
+            if matches!(&e, sandbox_client::Error::InvalidArgument { field, .. } if field == "restartPolicy")
+            {
+                return Err(flag(e, "--restart"));
+            }
+        }
+    }
     Ok(objects::Run {
         start,
         wait,
@@ -474,6 +501,7 @@ fn logs_options(a: &LogsArgs) -> Result<logs::Options, CliError> {
         timestamps: a.timestamps,
         json: a.output.is_some(),
         split: false,
+        previous: a.previous,
     })
 }
 
@@ -537,5 +565,62 @@ mod tests {
         // Root with --non-root is a contradiction, named before anything is sent.
         let e = run(&["--run-as", "0:5", "--non-root", "w"]).err().unwrap();
         assert!(e.starts_with("--run-as:"), "{e}");
+    }
+
+    #[test]
+    fn restart_flag_sets_the_policy() {
+        let policy = |args: &[&str]| {
+            run(args).unwrap().start.manifest("ns", "n").unwrap()["spec"]["restartPolicy"].clone()
+        };
+        assert_eq!(policy(&["w"]), serde_json::Value::Null);
+        assert_eq!(policy(&["--restart", "OnFailure", "w"]), "OnFailure");
+        assert_eq!(policy(&["--restart=Always", "w"]), "Always");
+        assert_eq!(
+            policy(&["--restart=Never", "-i", "w"]),
+            serde_json::Value::Null
+        );
+        for bad in ["Bogus", "onfailure", ""] {
+            let e = run(&["--restart", bad, "w"]).err().unwrap();
+            assert!(e.contains("--restart"), "{bad}: {e}");
+            assert!(e.contains("Never, OnFailure, Always"), "{bad}: {e}");
+        }
+        for io in ["-i", "-t"] {
+            let e = run(&["--restart=OnFailure", io, "w"]).err().unwrap();
+            assert_eq!(
+                e,
+                format!("--restart: {}", sandbox_api::wire_rules::RESTART_WITH_STDIN),
+                "{io}"
+            );
+        }
+    }
+
+    fn logs(args: &[&str]) -> Result<logs::Options, String> {
+        let argv = ["kubectl-sandbox", "logs", "p"].iter().chain(args);
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        let Command::Logs(a) = cli.command else {
+            unreachable!("logs")
+        };
+        logs_options(&a).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn previous_is_a_read_of_what_ended() {
+        assert!(!logs(&[]).unwrap().previous);
+        assert!(logs(&["--previous"]).unwrap().previous);
+        let o = logs(&["-p", "--tail", "2", "--since", "5m"]).unwrap();
+        assert!(o.previous && o.tail == Some(2));
+        for (args, other) in [
+            (&["-p", "-f"][..], "--follow"),
+            (&["--previous", "--follow"], "--follow"),
+            (&["-p", "--after", "c1"], "--after"),
+        ] {
+            let e = logs(args)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert!(
+                e.contains("--previous") && e.contains(other),
+                "{args:?}: {e}"
+            );
+        }
     }
 }

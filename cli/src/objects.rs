@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use sandbox_client::{Exit, Killed, Object, Process, Sandbox, Start};
+use sandbox_client::{Exit, Killed, LastExitStatus, Object, Process, Sandbox, Start};
 use serde::Serialize;
 
 use crate::error::{flag, CliError};
@@ -290,11 +290,21 @@ fn command_line(argv: &[String], max: usize) -> String {
     }
 }
 
+/// The condition reason of a process waiting out a restart's back-off.
+const BACK_OFF: &str = "BackOff";
+
+/// `status.lastExit` in a cell: its code and end reason (`3/Exited`, `137/Signaled`).
+fn last_exit(l: &LastExitStatus) -> String {
+    format!("{}/{}", l.exit.code, l.end_reason)
+}
+
 pub fn table(items: &[Object], with_namespace: bool, wide: bool) -> String {
     let mut rows = vec![];
-    let mut head = vec!["NAME", "POD", "PHASE", "READY", "EXIT", "REASON", "AGE"];
+    let mut head = vec![
+        "NAME", "POD", "PHASE", "READY", "RESTARTS", "EXIT", "REASON", "AGE",
+    ];
     if wide {
-        head.extend(["NODE", "CONTAINER", "PID", "COMMAND"]);
+        head.extend(["NODE", "CONTAINER", "PID", "LAST-EXIT", "COMMAND"]);
     }
     if with_namespace {
         head.insert(0, "NAMESPACE");
@@ -302,18 +312,15 @@ pub fn table(items: &[Object], with_namespace: bool, wide: bool) -> String {
     rows.push(head.iter().map(|s| s.to_string()).collect::<Vec<_>>());
     for o in items {
         let s = o.status.clone().unwrap_or_default();
-        let ready = s
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .map(|c| c.status.clone());
+        let ready = s.conditions.iter().find(|c| c.type_ == "Ready");
         let mut row = vec![
             o.name_any(),
             s.pod_name
                 .clone()
                 .unwrap_or_else(|| o.spec.pod_name.clone()),
             s.phase.map(|p| p.to_string()).unwrap_or_default(),
-            ready.unwrap_or_default(),
+            ready.map(|c| c.status.clone()).unwrap_or_default(),
+            s.restart_count.to_string(),
             s.exit
                 .as_ref()
                 .map(|e| e.code.to_string())
@@ -321,6 +328,12 @@ pub fn table(items: &[Object], with_namespace: bool, wide: bool) -> String {
             s.end_reason
                 .map(|r| r.to_string())
                 .or_else(|| s.error.as_ref().map(|e| e.code.as_str().to_string()))
+                // A restart waiting out its back-off (as a pod's CrashLoopBackOff).
+                .or_else(|| {
+                    ready
+                        .filter(|c| c.reason == BACK_OFF)
+                        .map(|c| c.reason.clone())
+                })
                 .unwrap_or_default(),
             age(o),
         ];
@@ -334,6 +347,7 @@ pub fn table(items: &[Object], with_namespace: bool, wide: bool) -> String {
                     .unwrap_or_else(|| "<default>".into()),
             );
             row.push(s.pid.map(|p| p.to_string()).unwrap_or_else(none));
+            row.push(s.last_exit.as_ref().map_or_else(none, last_exit));
             row.push(command_line(&o.spec.command, 60));
         }
         if with_namespace {
@@ -428,23 +442,46 @@ mod tests {
         assert!(lines[0].starts_with("NAMESPACE   NAME"), "{t}");
         let cols: Vec<&str> = lines[1].split_whitespace().collect();
         assert_eq!(
-            &cols[..7],
-            ["ns", "p", "web", "Exited", "False", "3", "Exited"]
+            &cols[..8],
+            ["ns", "p", "web", "Exited", "False", "0", "3", "Exited"]
         );
         let t = table(&[o], false, true);
         assert!(
             t.lines()
                 .next()
                 .unwrap()
-                .ends_with("NODE   CONTAINER   PID      COMMAND"),
+                .ends_with("NODE   CONTAINER   PID      LAST-EXIT   COMMAND"),
             "{t}"
         );
         assert!(
             t.lines()
                 .nth(1)
                 .unwrap()
-                .ends_with("n1     <default>   <none>   sh -c 'echo hi'"),
+                .ends_with("n1     <default>   <none>   <none>      sh -c 'echo hi'"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn restarts_and_the_last_exit() {
+        let o: Object = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"podName": "web", "command": ["false"], "restartPolicy": "OnFailure"},
+            "status": {"phase": "Running", "restartCount": 4, "nodeName": "n1",
+                       "lastExit": {"exit": {"code": 3}, "endReason": "Exited",
+                                    "finishedAt": "2026-01-01T00:00:00Z"},
+                       "conditions": [{"type": "Ready", "status": "False", "reason": "BackOff",
+                                       "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap();
+        let t = table(std::slice::from_ref(&o), false, true);
+        let cols: Vec<&str> = t.lines().nth(1).unwrap().split_whitespace().collect();
+        // No exit of the current run: its column stays empty, the reason says why it waits.
+        assert_eq!(
+            &cols[..7],
+            ["p", "web", "Running", "False", "4", "BackOff", "<unknown>"]
+        );
+        assert_eq!(cols[cols.len() - 2], "3/Exited", "{t}");
     }
 }

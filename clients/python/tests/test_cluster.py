@@ -248,3 +248,28 @@ def test_a_stdin_writer_is_told_when_the_process_does_not_read(sb, pod):
     assert len(told) == 1 and told[0] > 0, told
     p.kill(9)
     p.delete()
+
+
+def test_a_process_restarts_and_its_previous_run_is_read(sb, pod):
+    from sandbox_client import is_final, restart_count
+    # Always: again after exit 0 too, each run's pid in its output.
+    p = sb.start(pod, ["sh", "-c", "echo run-$$"], restart_policy="Always", id="py-restart")
+    o = p._until(lambda o: restart_count(o) >= 1, "restart", 90)  # 10 s of back-off first
+    assert not is_final(o), "a restarting process is not final"
+    last = p.last_exit()
+    assert last is not None and (last.code, last.end_reason) == (0, "Exited"), last
+    assert p.restart_count() >= 1
+    previous = b"".join(e.data for e in p.logs(previous=True) if e.type == "data").decode()
+    assert previous.startswith("run-") and len(previous.splitlines()) == 1, previous
+    everything = b"".join(e.data for e in p.logs() if e.type == "data").decode()
+    assert previous.strip() in everything.splitlines(), everything
+    with pytest.raises(InvalidArgument) as e:
+        list(p.logs(previous=True, follow=True))
+    assert e.value.field == "previous"
+    p.kill()  # ends it for good, also during a back-off
+    p._until(is_final, "end", MIN)
+    assert p.restart_count() >= 1, "the count is kept"
+    p.delete()
+    with pytest.raises(InvalidArgument) as e:
+        sb.start(pod, ["cat"], stdin=True, restart_policy="OnFailure", id="py-restart-stdin")
+    assert e.value.field == "restartPolicy"

@@ -370,3 +370,47 @@ def test_conformance_terminal():
             assert case["error"] is None, case
         except InvalidArgument as e:
             assert e.field == case["error"], (case, e)
+
+
+def test_conformance_restart():
+    """restartPolicy at start, previous in the log request, restarts in the status: the cases
+    the Rust library's unit tests run too (clients/conformance/restart.json)."""
+    from sandbox_client import is_final, last_exit_of, restart_count, start_state
+    from sandbox_client._logs import _Reader
+
+    doc = _conformance("restart.json")
+    assert len(doc["start"]) >= 8 and len(doc["logs"]) >= 6 and len(doc["status"]) >= 4, \
+        "the table lost its cases"
+    for case in doc["start"]:
+        try:
+            m = _manifest("ns", "n", "w", ["sh"], None, None, None, None, case["stdin"], None,
+                          None, None, None, None, tty=case["tty"],
+                          restart_policy=case["restartPolicy"])
+        except InvalidArgument as e:
+            assert e.field == case.get("error"), (case, e)
+            if "message" in case:
+                assert str(e) == f"{e.field}: {case['message']}", (case, e)
+            continue
+        assert "error" not in case, case
+        for key in ("restartPolicy", "stdin", "tty"):
+            assert m["spec"].get(key) == case["spec"].get(key), case
+    for case in doc["logs"]:
+        try:
+            r = _Reader(None, case.get("follow", False), case.get("after"), "both",  # type: ignore[arg-type]
+                        case.get("limitBytes"), case["previous"])
+        except InvalidArgument as e:
+            assert e.field == case.get("error"), (case, e)
+            continue
+        assert "error" not in case, case
+        assert sorted(r._query()) == sorted(tuple(q) for q in case["query"]), case
+    for case in doc["status"]:
+        o = {"metadata": {"name": "p"}, "spec": {"podName": "w", "command": ["x"], **case.get("spec", {})},
+             "status": case["status"]}
+        want = case["expect"]
+        assert is_final(o) == want["final"], case["name"]
+        assert start_state(o)[0] == want["start"], case["name"]
+        assert restart_count(o) == want["restartCount"], case["name"]
+        e = last_exit_of(o)
+        got = None if e is None else {"code": e.code, "signal": e.signal, "timedOut": e.timed_out,
+                                      "endReason": e.end_reason}
+        assert got == want["lastExit"], case["name"]

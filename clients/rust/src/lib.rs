@@ -62,12 +62,15 @@ pub use logs::{LogEvent, LogOptions, LogStream};
 pub use port::PortCheck;
 pub use process::{Killed, LogMatch, Output, Process, START_TIMEOUT};
 pub use sandbox_api::crd::SecurityContextSpec as SecurityContext;
-pub use sandbox_api::crd::{EndReason, ErrorCode, Phase, SandboxProcess as Object};
+pub use sandbox_api::crd::{
+    EndReason, ErrorCode, LastExitStatus, Phase, RestartPolicy, SandboxProcess as Object,
+};
 pub use sandbox_api::wire::{ProcessRecord, StdinState};
 pub use start::Start;
 pub use started::{describe, start_state, StartState};
 pub use state::{
-    already_ended, exit_of, is_final, is_ready, is_started, never_started, ready_outcome, Exit,
+    already_ended, exit_of, is_final, is_ready, is_started, last_exit_of, never_started,
+    ready_outcome, Exit,
 };
 pub use stdin::StdinStall;
 

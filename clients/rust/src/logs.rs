@@ -36,6 +36,9 @@ pub struct LogOptions {
     /// Stop after this many bytes of output (the last event is cut; its cursor points just
     /// after the last byte delivered).
     pub limit_bytes: Option<u64>,
+    /// The output of the previous run of a restarting process only (`spec.restartPolicy`;
+    /// `kubectl logs --previous`): it has ended, so not with `follow` or `after`.
+    pub previous: bool,
 }
 
 /// One event of a process's output.
@@ -102,6 +105,8 @@ pub(crate) struct Reader {
     done: bool,
     /// Silence after which a connection is taken for dead (`wire::LOG_SILENCE_LIMIT`).
     silence: Duration,
+    /// The previous run's output: one read, never resumed (the API takes no `since` with it).
+    previous: bool,
 }
 
 impl Reader {
@@ -112,6 +117,12 @@ impl Reader {
         };
         if o.limit_bytes == Some(0) {
             return Err(Error::invalid("limit_bytes", "must be at least 1"));
+        }
+        if o.previous && (o.follow || o.after.is_some()) {
+            return Err(Error::invalid(
+                "previous",
+                "not with follow or after (the previous run's output has ended)",
+            ));
         }
         Ok(Reader {
             client,
@@ -127,6 +138,7 @@ impl Reader {
             unavailable: 0,
             done: false,
             silence: wire::LOG_SILENCE_LIMIT,
+            previous: o.previous,
         })
     }
 
@@ -140,10 +152,15 @@ impl Reader {
         if self.follow {
             q.push("follow=true".into());
         }
+        if self.previous {
+            q.push("previous=true".into());
+        }
         if let Some(c) = &self.pos.agent {
             q.push(format!("since={}", encode(c)));
         }
-        if let Some(b) = self.budget {
+        // A previous read's byte limit is applied here: the server's would end the response
+        // with a `more` to read on from, which needs `since`.
+        if let Some(b) = self.budget.filter(|_| !self.previous) {
             // At least the bytes to drop plus one: the server always sends one whole event.
             q.push(format!(
                 "maxBytes={}",
@@ -258,6 +275,12 @@ impl Reader {
                     cursor,
                 }))
             }
+            wire::LogEvent::More { .. } if self.previous => Err(Error::StreamBroken {
+                name: self.name.clone(),
+                message: "the previous run's output was cut (a read with previous cannot \
+                          resume)"
+                    .into(),
+            }),
             wire::LogEvent::More { cursor } => {
                 // A byte limit of this connection: read on at once from its cursor.
                 self.pos = Cursor::of_agent(cursor);
@@ -600,6 +623,51 @@ mod tests {
         l.feed(LogStream::Stdout, b"ab", |_| false);
         assert_eq!(l.feed(LogStream::Stderr, b"cd\n", |x| x == b"cd"), Some(3));
         assert!(l.finish(|s, x| s == LogStream::Stdout && x == b"ab"));
+    }
+
+    /// clients/conformance/restart.json `logs`: the query of a read with `previous` (or the
+    /// option refused, before any request).
+    #[tokio::test]
+    async fn conformance_previous() {
+        let doc: serde_json::Value =
+            serde_json::from_str(include_str!("../../conformance/restart.json"))
+                .expect("restart.json is JSON");
+        let client =
+            Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        for case in crate::conformance::cases(&doc, "logs", 6) {
+            let o = LogOptions {
+                follow: case["follow"].as_bool().unwrap_or(false),
+                after: case["after"].as_str().map(Into::into),
+                limit_bytes: case["limitBytes"].as_u64(),
+                previous: case["previous"].as_bool().unwrap(),
+                ..Default::default()
+            };
+            match (
+                Reader::new(client.clone(), "ns", "p", &o),
+                case["error"].as_str(),
+            ) {
+                (Ok(r), None) => {
+                    let url = r.url();
+                    let mut got: Vec<(String, String)> = url
+                        .split_once('?')
+                        .map(|(_, q)| q)
+                        .unwrap_or_default()
+                        .split('&')
+                        .map(|kv| kv.split_once('=').expect("k=v"))
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect();
+                    let mut want: Vec<(String, String)> =
+                        serde_json::from_value(case["query"].clone()).expect("query pairs");
+                    got.sort();
+                    want.sort();
+                    assert_eq!(got, want, "{case}");
+                }
+                (Err(Error::InvalidArgument { field, .. }), Some(want)) => {
+                    assert_eq!(field, want, "{case}")
+                }
+                (other, _) => panic!("{case}: {:?}", other.map(|r| r.url())),
+            }
+        }
     }
 
     /// clients/conformance/cursor.json: the same cursor forms the Python client's tests run.

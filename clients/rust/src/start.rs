@@ -2,7 +2,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sandbox_api::crd::{EnvVar, ReadinessSpec, SecurityContextSpec, API_VERSION, KIND};
+use sandbox_api::crd::{
+    EnvVar, ReadinessSpec, RestartPolicy, SandboxProcessSpec, SecurityContextSpec, API_VERSION,
+    KIND,
+};
 use sandbox_api::wire::MAX_SUPPLEMENTAL_GROUPS;
 use serde_json::{json, Value};
 
@@ -51,6 +54,7 @@ pub struct Start {
     pub(crate) grace: Option<Duration>,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) security_context: Option<SecurityContextSpec>,
+    pub(crate) restart_policy: RestartPolicy,
 }
 
 impl Start {
@@ -160,6 +164,17 @@ impl Start {
         self
     }
 
+    /// Run it again when it ends (`spec.restartPolicy`), as the kubelet restarts a container:
+    /// `OnFailure` after an exit other than code 0, `Always` after any end, each time after a
+    /// back-off (10 s doubling to 5 min; the phase stays `Running`, reason `BackOff`).
+    /// `status.restartCount` counts the restarts, `status.lastExit` says how the previous run
+    /// ended, `LogOptions::previous` reads its output. Not with [`Start::stdin`] or
+    /// [`Start::tty`] (refused before any request). Default `Never`.
+    pub fn restart_policy(mut self, p: RestartPolicy) -> Self {
+        self.restart_policy = p;
+        self
+    }
+
     /// A label on the object (for [`crate::Sandbox::list`] selectors).
     pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.labels.insert(key.into(), value.into());
@@ -233,6 +248,9 @@ impl Start {
         if let Some(sc) = &self.security_context {
             spec["securityContext"] = security_context(sc)?;
         }
+        if !self.restart_policy.is_never() {
+            spec["restartPolicy"] = restart_policy(self.restart_policy, self.stdin, self.tty)?;
+        }
         let mut meta = json!({"name": name, "namespace": namespace});
         if !self.labels.is_empty() {
             meta["labels"] = serde_json::to_value(&self.labels).expect("labels serialize");
@@ -281,6 +299,16 @@ fn security_context(sc: &SecurityContextSpec) -> Result<Value> {
         ));
     }
     Ok(serde_json::to_value(sc).expect("securityContext serializes"))
+}
+
+/// `spec.restartPolicy`, checked by the API's own rule (`sandbox_api::spec_rules`, the one the
+/// operator and the CRD enforce): a process that restarts takes no input.
+fn restart_policy(p: RestartPolicy, stdin: bool, tty: bool) -> Result<Value> {
+    let only = json!({"podName": "p", "command": ["x"], "stdin": stdin, "tty": tty,
+                      "restartPolicy": p});
+    let spec: SandboxProcessSpec = serde_json::from_value(only).expect("a spec of these fields");
+    sandbox_api::spec_rules::spec(&spec).map_err(|v| Error::invalid(&v.field, v.message))?;
+    Ok(p.as_str().into())
 }
 
 /// Five characters as `generateName` makes them (no vowels, no look-alikes).
@@ -390,6 +418,62 @@ mod tests {
                 (other, _) => panic!("{case}: {other:?}"),
             }
         }
+    }
+
+    /// clients/conformance/restart.json `start`: the policy sent, or refused naming the field
+    /// (with the API's own message for stdin and tty).
+    #[test]
+    fn conformance_restart_policy() {
+        let doc: Value = serde_json::from_str(include_str!("../../conformance/restart.json"))
+            .expect("restart.json is JSON");
+        for case in crate::conformance::cases(&doc, "start", 8) {
+            let mut s = Start::new("w", ["sh"])
+                .stdin(case["stdin"].as_bool().unwrap())
+                .tty(case["tty"].as_bool().unwrap());
+            if let Some(name) = case["restartPolicy"].as_str() {
+                // A name that is no policy cannot be written in Rust: the type refuses it.
+                let Some(p) = RestartPolicy::parse(name) else {
+                    assert_eq!(case["error"], "restartPolicy", "{case}");
+                    continue;
+                };
+                s = s.restart_policy(p);
+            }
+            match (s.manifest("ns", "n"), case["error"].as_str()) {
+                (Ok(m), None) => {
+                    for key in ["restartPolicy", "stdin", "tty"] {
+                        assert_eq!(m["spec"].get(key), case["spec"].get(key), "{case}");
+                    }
+                }
+                (Err(Error::InvalidArgument { field, message }), Some(want)) => {
+                    assert_eq!(field, want, "{case}");
+                    if let Some(m) = case["message"].as_str() {
+                        assert_eq!(message, m, "{case}");
+                    }
+                }
+                (other, _) => panic!("{case}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn restart_policy_is_the_apis_rule() {
+        let e = Start::new("w", ["sh"])
+            .stdin(true)
+            .restart_policy(RestartPolicy::OnFailure)
+            .manifest("ns", "n")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "restartPolicy: {}",
+                sandbox_api::wire_rules::RESTART_WITH_STDIN
+            )
+        );
+        let m = Start::new("w", ["sh"])
+            .restart_policy(RestartPolicy::Always)
+            .manifest("ns", "n")
+            .unwrap();
+        assert_eq!(m["spec"]["restartPolicy"], "Always");
     }
 
     #[test]

@@ -236,4 +236,40 @@ mod tests {
             "timed out after 1s waiting for sandboxprocess p to exit: phase Running"
         );
     }
+
+    /// clients/conformance/restart.json `status`: restarts and the last exit, read alike by
+    /// both clients; a back-off is neither final nor a start to wait for.
+    #[test]
+    fn conformance_restarts() {
+        let doc: Value = serde_json::from_str(include_str!("../../conformance/restart.json"))
+            .expect("restart.json is JSON");
+        for case in crate::conformance::cases(&doc, "status", 4) {
+            let name = case["name"].as_str().expect("name");
+            let o = crate::conformance::object(case);
+            let want = &case["expect"];
+            assert_eq!(
+                crate::is_final(&o),
+                want["final"].as_bool().unwrap(),
+                "{name}"
+            );
+            let started = matches!(start_state(&o), StartState::Started);
+            assert_eq!(started, want["start"] == "started", "{name}");
+            let count = o.status.as_ref().map_or(0, |s| s.restart_count);
+            assert_eq!(
+                Some(i64::from(count)),
+                want["restartCount"].as_i64(),
+                "{name}"
+            );
+            let wanted = match &want["lastExit"] {
+                Value::Null => None,
+                w => Some(crate::Exit {
+                    code: w["code"].as_i64().expect("code") as i32,
+                    signal: w["signal"].as_i64().map(|s| s as i32),
+                    timed_out: w["timedOut"].as_bool().expect("timedOut"),
+                    end_reason: serde_json::from_value(w["endReason"].clone()).unwrap(),
+                }),
+            };
+            assert_eq!(crate::last_exit_of(&o), wanted, "{name}");
+        }
+    }
 }

@@ -59,6 +59,18 @@ pub fn exit_of(o: &SandboxProcess) -> Result<Exit> {
     })
 }
 
+/// How the previous run of a restarting process ended (`status.lastExit`, as a container's
+/// `lastState.terminated`); `None` before its first restart. `status.restartCount` counts them.
+pub fn last_exit_of(o: &SandboxProcess) -> Option<Exit> {
+    let l = o.status.as_ref()?.last_exit.as_ref()?;
+    Some(Exit {
+        code: l.exit.code,
+        signal: l.exit.signal,
+        timed_out: l.exit.timed_out,
+        end_reason: Some(l.end_reason),
+    })
+}
+
 /// What `wait_ready` says of the object that ended its wait.
 pub fn ready_outcome(o: &SandboxProcess) -> Result<()> {
     if is_ready(o) {

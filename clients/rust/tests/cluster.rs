@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use sandbox_client::{
-    Error, ErrorCode, LogEvent, LogOptions, LogStream, PortCheck, Sandbox, SecurityContext, Start,
+    Error, ErrorCode, LogEvent, LogOptions, LogStream, PortCheck, RestartPolicy, Sandbox,
+    SecurityContext, Start,
 };
 
 const MIN: Option<Duration> = Some(Duration::from_secs(60));
@@ -550,5 +551,88 @@ async fn a_stdin_writer_is_told_when_the_process_does_not_read() {
     assert_eq!(told.len(), 1, "told once: {told:?}");
     assert!(told[0] > 0, "{told:?}");
     p.kill(Some(9)).await.unwrap();
+    p.delete().await.unwrap();
+}
+
+/// The output of the previous run of a restarting process, as text.
+async fn read_previous(p: &sandbox_client::Process) -> String {
+    let mut s = Box::pin(p.logs(LogOptions {
+        previous: true,
+        ..Default::default()
+    }));
+    let mut out = Vec::new();
+    while let Some(ev) = s.next().await {
+        match ev.unwrap() {
+            LogEvent::Data { data, .. } => out.extend_from_slice(&data),
+            LogEvent::Truncated { .. } => panic!("unexpected gap"),
+            LogEvent::End { .. } => break,
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn a_failing_process_restarts_and_its_previous_run_is_read() {
+    let sb = sandbox().await;
+    let p = sb
+        .start(
+            Start::new(pod(), ["sh", "-c", "echo run-$$; exit 3"])
+                .id("rs-restart")
+                .restart_policy(RestartPolicy::OnFailure),
+        )
+        .await
+        .unwrap();
+    // The first restart comes after a back-off of 10 s.
+    let restarted =
+        |o: &sandbox_client::Object| o.status.as_ref().is_some_and(|s| s.restart_count >= 1);
+    let o = p
+        .until(Some(Duration::from_secs(90)), "restart", restarted)
+        .await
+        .unwrap();
+    assert!(
+        !sandbox_client::is_final(&o),
+        "a restarting process is not final"
+    );
+    let last = sandbox_client::last_exit_of(&o).expect("lastExit after a restart");
+    assert_eq!(
+        (last.code, last.end_reason),
+        (3, Some(sandbox_client::EndReason::Exited))
+    );
+    let previous = read_previous(&p).await;
+    assert!(
+        previous.starts_with("run-") && previous.lines().count() == 1,
+        "{previous:?}"
+    );
+    // The whole ledger holds every run, the previous one among them.
+    let mut s = Box::pin(p.logs(LogOptions::default()));
+    let mut all = Vec::new();
+    while let Some(Ok(LogEvent::Data { data, .. })) = s.next().await {
+        all.extend_from_slice(&data);
+    }
+    let all = String::from_utf8(all).unwrap();
+    assert!(all.lines().any(|l| l == previous.trim_end()), "{all:?}");
+    // Ended output cannot be followed: refused before any request.
+    let mut s = Box::pin(p.logs(LogOptions {
+        previous: true,
+        follow: true,
+        ..Default::default()
+    }));
+    let e = s.next().await.unwrap().unwrap_err();
+    assert_eq!(e.code(), "InvalidArgument", "{e}");
+    // A stop ends it for good, also during a back-off; the count is kept.
+    p.kill(None).await.unwrap();
+    let o = p.until(MIN, "end", sandbox_client::is_final).await.unwrap();
+    assert!(o.status.unwrap().restart_count >= 1);
+    // With stdin: the API's rule, before any request.
+    let e = sb
+        .start(
+            Start::new(pod(), ["cat"])
+                .stdin(true)
+                .restart_policy(RestartPolicy::Always),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "InvalidArgument", "{e}");
     p.delete().await.unwrap();
 }

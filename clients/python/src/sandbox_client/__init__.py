@@ -16,7 +16,16 @@ from ._output import LogMatch, Output
 from ._process import Process
 from ._sandbox import Sandbox
 from ._started import describe, start_state
-from ._state import Exit, exit_of, is_final, is_ready, is_started, never_started
+from ._state import (
+    Exit,
+    exit_of,
+    is_final,
+    is_ready,
+    is_started,
+    last_exit_of,
+    never_started,
+    restart_count,
+)
 from .errors import (
     ApiError,
     EndedWithoutExit,
@@ -36,5 +45,6 @@ __all__ = [
     "ApiError", "EndedWithoutExit", "Exit", "ExitedBeforeLog", "ExitedBeforeReady", "IdInUse",
     "InvalidArgument", "Killed", "LogEvent", "LogMatch", "NotFound", "NotStarted", "Output", "Process",
     "ProcessFailed", "Sandbox", "SandboxError", "StreamBroken", "WaitTimeout", "describe",
-    "exit_of", "is_final", "is_ready", "is_started", "never_started", "start_state",
+    "exit_of", "is_final", "is_ready", "is_started", "last_exit_of", "never_started",
+    "restart_count", "start_state",
 ]

@@ -14,7 +14,16 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from ._consts import GROUP, PLURAL, START_TIMEOUT, SUBRESOURCES, VERSION
 from ._logs import _lines
 from ._started import describe, start_state
-from ._state import Exit, _ready_condition, _status, exit_of, is_final, is_ready
+from ._state import (
+    Exit,
+    _ready_condition,
+    _status,
+    exit_of,
+    is_final,
+    is_ready,
+    last_exit_of,
+    restart_count,
+)
 from .errors import (
     ApiError,
     ExitedBeforeReady,
@@ -64,6 +73,15 @@ class _Handle:
 
     def status(self) -> Dict[str, Any]:
         return _status(self.object())
+
+    def restart_count(self) -> int:
+        """How often it was restarted (``status.restartCount``, with ``restart_policy``)."""
+        return restart_count(self.object())
+
+    def last_exit(self) -> Optional[Exit]:
+        """How its previous run ended (``status.lastExit``); ``None`` before a restart.
+        ``logs(previous=True)`` reads that run's output."""
+        return last_exit_of(self.object())
 
     def _ensure_started(self, what: str, timeout: Optional[float]) -> None:
         """The one rule of every call that needs a started process: wait for the start within

@@ -42,11 +42,15 @@ class _Reader:
     after a byte limit, and cursors inside an event (``<cursor>+<n>``) honoured."""
 
     def __init__(self, p: "_Handle", follow: bool, after: Optional[str], stream: str,
-                 limit_bytes: Optional[int]) -> None:
+                 limit_bytes: Optional[int], previous: bool = False) -> None:
         if stream not in STREAMS:
             raise InvalidArgument("stream", f"{stream!r} is not one of {', '.join(STREAMS)}")
         if limit_bytes is not None and limit_bytes < 1:
             raise InvalidArgument("limit_bytes", "must be at least 1")
+        if previous and (follow or after is not None):
+            raise InvalidArgument("previous", "not with follow or after (the previous run's output has ended)")
+        #: The previous run's output: one read, never resumed (the API takes no ``since`` with it).
+        self.previous = previous
         self.p = p
         self.follow = follow
         self.stream = stream
@@ -83,9 +87,13 @@ class _Reader:
         q = [("stream", "both")]
         if self.follow:
             q.append(("follow", "true"))
+        if self.previous:
+            q.append(("previous", "true"))
         if self.agent is not None:
             q.append(("since", self.agent))
-        if self.budget is not None:
+        # A previous read's byte limit is applied here: the server's would end the response with
+        # a "more" event to read on from, which needs "since".
+        if self.budget is not None and not self.previous:
             q.append(("maxBytes", str(max(1, self.budget + self.skip))))
         return q
 
@@ -143,6 +151,9 @@ class _Reader:
                         yield "truncated", {"dropped_bytes": ev.get("droppedBytes", 0),
                                             "cursor": ev["cursor"]}, (None, 0)
                     elif t == "more":
+                        if self.previous:
+                            raise StreamBroken(f"reading the previous output of sandboxprocess {self.p.name}: "
+                                               "cut (a read with previous cannot resume)")
                         self.agent, self.skip = ev["cursor"], 0
                         more = True
                         break

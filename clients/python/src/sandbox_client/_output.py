@@ -41,10 +41,11 @@ class _Output(_Handle):
             return e
 
     def logs(self, follow: bool = False, after: Optional[str] = None, stream: str = "both",
-             limit_bytes: Optional[int] = None) -> Iterator[LogEvent]:
+             limit_bytes: Optional[int] = None, previous: bool = False) -> Iterator[LogEvent]:
         """Its output as events, from ``after`` (or the beginning); with ``follow``, until the
-        process ends. The last event is ``end``."""
-        r = _Reader(self, follow, after, stream, limit_bytes)
+        process ends. The last event is ``end``. ``previous``: only the output of the previous
+        run of a restarting process (``restart_policy``), not with ``follow`` or ``after``."""
+        r = _Reader(self, follow, after, stream, limit_bytes, previous)
         self._ensure_started("logs", self.start_timeout)
         try:
             for t, f, _ in r.events():

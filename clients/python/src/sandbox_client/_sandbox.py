@@ -65,18 +65,22 @@ class Sandbox:
         labels: Optional[Mapping[str, str]] = None,
         security_context: Optional[Mapping[str, Any]] = None,
         user: Optional[User] = None,
+        restart_policy: Optional[str] = None,
     ) -> "Process":
         """Starts ``argv`` (no shell) in ``pod`` by server-side apply of a SandboxProcess named
         ``id`` (default ``<pod>-<random>``, chosen once per call); returns its handle at once.
         ``tty``: on a terminal (one output stream, stdin always open), of ``terminal`` =
         ``(rows, cols)`` (default 24x80), resized with ``Process.resize``.
+        ``restart_policy``: ``Never`` (default), ``OnFailure`` or ``Always`` (``spec.restartPolicy``:
+        run again after a back-off, as the kubelet restarts a container; not with ``stdin`` or
+        ``tty``); ``Process.restart_count``, ``Process.last_exit`` and ``logs(previous=True)``.
         The same ``id`` and arguments again: the same process, never a second one. The same
         ``id`` with other arguments: :class:`IdInUse`. Times are seconds (rounded up)."""
         name = id if id is not None else _generated_name(pod)
         manifest = _manifest(
             self.namespace, name, pod, argv, container, cwd, env, timeout, stdin, readiness,
             ttl, stop_signal, grace_period, labels, tty=tty, terminal=terminal,
-            security_context=security_context, user=user,
+            security_context=security_context, user=user, restart_policy=restart_policy,
         )
         failures = 0
         while True:

@@ -26,7 +26,7 @@ User = Union[int, Tuple[int, Optional[int]]]
 def _manifest(namespace, name, pod, argv, container, cwd, env, timeout, stdin, readiness, ttl,
               stop_signal, grace_period, labels, *, tty: bool = False,
               terminal: Optional[Tuple[int, int]] = None, security_context=None,
-              user=None) -> Dict[str, Any]:
+              user=None, restart_policy: Optional[str] = None) -> Dict[str, Any]:
     if not pod:
         raise InvalidArgument("pod", "must not be empty")
     argv = list(argv)
@@ -60,11 +60,31 @@ def _manifest(namespace, name, pod, argv, container, cwd, env, timeout, stdin, r
     sc = _security_context(security_context, user)
     if sc is not None:
         spec["securityContext"] = sc
+    if _restart_policy(restart_policy, stdin or tty) != "Never":
+        spec["restartPolicy"] = restart_policy
     meta: Dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         meta["labels"] = dict(labels)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SandboxProcess", "metadata": meta,
             "spec": spec}
+
+
+# sandbox_api::wire::RestartPolicy's names, and the message of the API's rule
+# (sandbox_api::wire_rules::RESTART_WITH_STDIN; cases in clients/conformance/restart.json).
+RESTART_POLICIES = ("Never", "OnFailure", "Always")
+RESTART_WITH_STDIN = "restartPolicy must be Never with stdin or tty"
+
+
+def _restart_policy(policy: Optional[str], takes_input: bool) -> str:
+    """``spec.restartPolicy`` (default ``Never``), checked as the API checks it: a process that
+    restarts takes no input (stdin or tty)."""
+    if policy is None:
+        return "Never"
+    if policy not in RESTART_POLICIES:
+        raise InvalidArgument("restartPolicy", f"{policy!r} is not one of {', '.join(RESTART_POLICIES)}")
+    if policy != "Never" and takes_input:
+        raise InvalidArgument("restartPolicy", RESTART_WITH_STDIN)
+    return policy
 
 
 # The API's bounds of a window size (sandbox_api::wire::MAX_TERMINAL_ROWS, _COLS).

@@ -85,6 +85,21 @@ def exit_of(o: Mapping[str, Any]) -> Exit:
     raise SandboxError(f"sandboxprocess {_name(o)} ended without an exit status")
 
 
+def restart_count(o: Mapping[str, Any]) -> int:
+    """``status.restartCount``: runs started after the first (``restart_policy``)."""
+    return int(_status(o).get("restartCount") or 0)
+
+
+def last_exit_of(o: Mapping[str, Any]) -> Optional[Exit]:
+    """``status.lastExit``: how the previous run of a restarting process ended (as a container's
+    ``lastState.terminated``); ``None`` before its first restart."""
+    last = _status(o).get("lastExit")
+    if not last:
+        return None
+    e = last.get("exit") or {}
+    return Exit(e.get("code", 0), e.get("signal"), bool(e.get("timedOut")), last.get("endReason"))
+
+
 def _already_ended(o: Mapping[str, Any]) -> Optional[str]:
     if not is_final(o):
         return None  # also an Error that heals: it may still run

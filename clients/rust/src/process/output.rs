@@ -142,6 +142,7 @@ impl Process {
             after,
             stream,
             limit_bytes: None,
+            previous: false,
         };
         let mut reader = self.reader(&o).await?;
         let mut lines = logs::Lines2::default();

@@ -2,6 +2,8 @@
 -- (Reconciling, Stalled) like kstatus does, and names the phase, exit code or error in the message.
 --   no status yet / status of an older generation  -> Progressing
 --   Pending, Running not yet Ready                  -> Progressing
+--   Running, a restart waiting out its back-off
+--     (restartPolicy; reason BackOff)               -> Progressing
 --   Running and Ready                               -> Healthy
 --   Exited with code 0, or stopped on request       -> Healthy
 --   Ended before it was ever ready (readiness
