@@ -482,3 +482,54 @@ async fn the_release_is_still_deployed_agent_and_operator_available() {
         panic!("{e:#}");
     }
 }
+
+/// `restartPolicy: OnFailure` with `exit 3`: runs come back after the kubelet's back-off (10, 20,
+/// 40 s), the object stays Running with reason BackOff between them, and the agent pod deleted
+/// during the first back-off changes nothing: the restart comes at its time, the count goes on,
+/// and no run is skipped or doubled (one line of output per run). `stop` ends it for good.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn a_restart_comes_at_its_time_across_an_agent_pod_deletion() {
+    with_ns("suitef-restart", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let spec = sh("echo run; exit 3", json!({"restartPolicy": "OnFailure"}));
+        t.apply_sbp(sbp("flaky", "work", spec)).await?;
+        let o = t.until("flaky", 60, "the first back-off", |o| cond(o, "Ready") == "False/BackOff").await?;
+        assert_eq!(field(&o, "/status/phase"), "Running");
+        assert_eq!(field(&o, "/status/lastExit/exit/code"), "3");
+        release::replace_agents(&t.client).await?;
+        // Every run's start, from the status as it moves on (whole seconds).
+        let mut starts = std::collections::BTreeSet::new();
+        let until = Instant::now() + Duration::from_secs(150);
+        let o = loop {
+            let o = t.get("flaky").await?;
+            for p in ["/status/lastExit/startedAt", "/status/startedAt"] {
+                let s = field(&o, p);
+                if !s.is_empty() {
+                    starts.insert(epoch(&s)?);
+                }
+            }
+            if field(&o, "/status/restartCount") == "3" && cond(&o, "Ready") == "False/BackOff" {
+                break o;
+            }
+            ensure!(Instant::now() < until, "3 restarts: {}", t.statuses().await);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let at: Vec<i64> = starts.into_iter().collect();
+        let gaps: Vec<i64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        ensure!(gaps.len() == 3, "4 runs, starts {at:?}");
+        for (gap, backoff) in gaps.iter().zip([10, 20, 40]) {
+            ensure!((backoff - 1..=backoff + 4).contains(gap), "gaps {gaps:?} s, expected 10, 20, 40");
+        }
+        assert_eq!(field(&o, "/status/output/tail"), "run\n".repeat(4), "one line per run");
+        assert_eq!(cond(&o, "Reconciling"), "True/BackOff");
+        // stop during a back-off: Exited at once, the count and the last exit kept.
+        t.sbps().patch("flaky", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"stop": true}}))).await?;
+        let o = t.until_field("flaky", "/status/phase", "Exited", 15).await?;
+        assert_eq!(exit_of(&o), "3//Stopped");
+        assert_eq!(field(&o, "/status/restartCount"), "3");
+        println!("note: restarts after exit 3 came {gaps:?} s apart, the agent pod deleted in the first back-off");
+        Ok(())
+    })
+    .await;
+}
