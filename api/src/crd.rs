@@ -50,6 +50,11 @@ pub use crate::wire_rules::{MAX_ARGS, MAX_ARG_LEN, MAX_ENV, MAX_PATH_LEN};
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
+    printcolumn(
+        name = "Restarts",
+        type_ = "integer",
+        json_path = ".status.restartCount"
+    ),
     printcolumn(name = "Exit", type_ = "integer", json_path = ".status.exit.code"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.endReason"),
     printcolumn(

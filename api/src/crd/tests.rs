@@ -40,7 +40,10 @@ fn resource_names_are_the_contract() {
         .iter()
         .map(|c| c.name.to_uppercase())
         .collect();
-    assert_eq!(columns, ["POD", "PHASE", "READY", "EXIT", "REASON", "AGE"]);
+    assert_eq!(
+        columns,
+        ["POD", "PHASE", "READY", "RESTARTS", "EXIT", "REASON", "AGE"]
+    );
     assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
 }
 

@@ -115,7 +115,9 @@ async fn kubectl_wait_for_succeeded_then_the_status_and_printer_columns() {
         }
         let table = t.kubectl(&["get", "sbp", "ok"]).await?;
         let header = table.lines().next().unwrap_or_default();
-        let want = ["NAME", "POD", "PHASE", "READY", "EXIT", "REASON", "AGE"];
+        let want = [
+            "NAME", "POD", "PHASE", "READY", "RESTARTS", "EXIT", "REASON", "AGE",
+        ];
         ensure!(
             header.split_whitespace().take(want.len()).eq(want),
             "kubectl get sbp:\n{table}"
