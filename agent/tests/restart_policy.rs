@@ -44,7 +44,7 @@ async fn until(
     id: &str,
     starts: &mut BTreeSet<String>,
     what: &str,
-    ok: impl Fn(&ProcessRecord) -> bool,
+    mut ok: impl FnMut(&ProcessRecord) -> bool,
 ) -> ProcessRecord {
     let deadline = Instant::now() + T;
     loop {
@@ -284,4 +284,49 @@ async fn a_crash_loop_of_a_thousand_runs_costs_nothing_that_grows() {
     // No cgroup of a run is left behind.
     let (_, list) = f.agent.get(&format!("/v1/processes/{id}")).await;
     assert_eq!(list["phase"], "Exited");
+}
+
+/// Readiness is judged anew for each run: ready in a run, not ready while the next waits, ready
+/// again when it runs (a logMatch that every run prints).
+#[tokio::test]
+async fn each_run_is_judged_ready_anew() {
+    let f = fx("rp-ready", &backoff(700, 700));
+    let mut q = req(
+        &f.ctr,
+        &["sh", "-c", "sleep 0.3; echo up; sleep 0.7; exit 1"],
+    );
+    q.restart_policy = RestartPolicy::OnFailure;
+    q.readiness =
+        Some(serde_json::from_value(json!({"probe": {"logMatch": {"pattern": "^up$"}}})).unwrap());
+    let id = q.exec_id.clone();
+    f.agent.start(&q).await.expect("started");
+    let mut seen = Vec::new();
+    let mut starts = BTreeSet::new();
+    until(&f, &id, &mut starts, "ready in the second run", |r| {
+        let state = (r.restart_count, r.ready, r.backoff_until.is_some());
+        if seen.last() != Some(&state) {
+            seen.push(state);
+        }
+        r.restart_count == 1 && r.ready
+    })
+    .await;
+    f.agent.signal(&id, json!({"stop": true})).await;
+    f.agent.wait_final(&id, T).await;
+    // (restarts, ready, backing off), in the order seen: the first run not ready then ready,
+    // not ready during the back-off, then the second run's own verdict.
+    let order: Vec<_> = seen
+        .iter()
+        .filter(|s| s.0 == 0)
+        .map(|s| (s.1, s.2))
+        .collect();
+    assert_eq!(
+        order,
+        [(false, false), (true, false), (false, true)],
+        "{seen:?}"
+    );
+    assert_eq!(seen.last(), Some(&(1, true, false)), "{seen:?}");
+    assert!(
+        seen.contains(&(1, false, false)),
+        "not ready before its match: {seen:?}"
+    );
 }

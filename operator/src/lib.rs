@@ -16,6 +16,7 @@ pub mod memo;
 pub mod metrics;
 pub mod pki;
 pub mod pod;
+pub mod selftest;
 pub mod status;
 pub mod subresources;
 pub mod writer;

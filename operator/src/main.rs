@@ -107,6 +107,10 @@ struct Args {
     /// Validity of the serving certificate (`self`); renewed at 2/3 of it.
     #[arg(long, default_value = "2160h", value_parser = duration)]
     leaf_validity: Duration,
+    /// The chart's `helm test`: run one SandboxProcess in this pod (POD_NAME in POD_NAMESPACE)
+    /// through the installed release, check its end, delete it, and exit (0: passed).
+    #[arg(long)]
+    self_test: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -160,6 +164,14 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     check(&args)?;
     init_logging(args.log_json);
+    if args.self_test {
+        let pod = args
+            .identity
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("--self-test needs POD_NAME"))?;
+        let client = Client::try_default().await?;
+        return sandbox_operator::selftest::run(client, &args.namespace, pod).await;
+    }
     let identity = identity(&args);
     let client = Client::try_default().await?;
     let metrics = Arc::new(Metrics::new());

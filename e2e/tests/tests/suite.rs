@@ -1415,3 +1415,29 @@ async fn resize_is_for_edit_not_view_and_names_a_missing_tty_or_a_bad_size() {
     })
     .await;
 }
+
+/// `helm test` of the deployed release: the chart's test pod runs one SandboxProcess in itself
+/// through the operator, the agent and the admission policy, and passes; its log says so.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn helm_test_runs_one_sandbox_process_end_to_end() {
+    with_ns("suite-helmtest", |_t| async move {
+        let release = "sandbox-process-operator";
+        let test = ["test", release, "-n", release::NAMESPACE, "--timeout", "3m"];
+        let out = cmd::run("helm", &test, None, Duration::from_secs(240)).await?;
+        let pod = format!("{release}-test");
+        let log = cmd::kubectl(&["-n", release::NAMESPACE, "logs", &pod])
+            .await
+            .unwrap_or_default();
+        ensure!(
+            out.success() && out.stdout.contains("Succeeded"),
+            "helm test: {}{}\ntest pod log: {log}",
+            out.stdout,
+            out.stderr
+        );
+        ensure!(log.contains("ok: SandboxProcess"), "test pod log: {log}");
+        println!("note: {}", log.trim());
+        Ok(())
+    })
+    .await;
+}
