@@ -289,6 +289,7 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         registry,
         auth: Arc::new(auth),
         metrics: Arc::new(sandbox_agent::daemon::metrics::Metrics::new()),
+        serving_cert: (s.tls == TlsMode::Csr).then(|| s.state_dir.join("tls").join("tls.crt")),
         shutdown: stop_rx,
     };
     if let Some(addr) = s.metrics_listen {

@@ -178,7 +178,7 @@ async fn main() -> anyhow::Result<()> {
     serve_metrics(args.metrics_addr, metrics.clone());
     let (agents, changed) = agent_registry(&args, &client, &identity)?;
     if let Some(addr) = args.subresources_addr {
-        serve_subresources(&args, client.clone(), addr, agents.clone());
+        serve_subresources(&args, client.clone(), addr, agents.clone(), metrics.clone());
     }
     // Shutdown: a signal, or losing the lease.
     let (stop_tx, mut stop_rx) = watch::channel(false);
@@ -332,12 +332,22 @@ fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) {
 }
 
 /// Every replica serves the subresource API, leader or not: it only reads.
-fn serve_subresources(args: &Args, client: Client, addr: SocketAddr, agents: Arc<Agents>) {
+fn serve_subresources(
+    args: &Args,
+    client: Client,
+    addr: SocketAddr,
+    agents: Arc<Agents>,
+    metrics: Arc<Metrics>,
+) {
     let (namespace, secret) = (args.namespace.clone(), args.serving_secret.clone());
     let webhook = args.webhook_addr;
+    // The certificate served, whoever issued it: its expiry is what an alert must see.
+    let served = move |pem: &str| {
+        metrics.certificate_expires("serving", sandbox_operator::pki::authority::not_after(pem))
+    };
     tokio::spawn(async move {
         let (tls, request_headers) =
-            certs::reload::serving(client.clone(), namespace, secret).await;
+            certs::reload::serving(client.clone(), namespace, secret, served).await;
         let server = subresources::Server {
             client,
             agents,

@@ -28,6 +28,11 @@ pub struct PhaseLabels {
     pub phase: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertificateLabels {
+    pub certificate: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     reconciles: Counter,
@@ -38,6 +43,7 @@ pub struct Metrics {
     status_write_failures: Family<ErrorLabels, Counter>,
     status_writes_withheld: Counter,
     leader: Gauge,
+    certificate_expiry: Family<CertificateLabels, Gauge>,
     /// Phase last counted for each object (by UID).
     phases: Mutex<HashMap<String, Phase>>,
     pub ready: AtomicBool,
@@ -60,7 +66,14 @@ impl Metrics {
         let status_write_failures = Family::<ErrorLabels, Counter>::default();
         let status_writes_withheld = Counter::default();
         let leader = Gauge::default();
+        let certificate_expiry = Family::<CertificateLabels, Gauge>::default();
         registry.register("reconciles", "Reconciliations run", reconciles.clone());
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When a certificate this replica serves expires (certificate=serving: the subresource \
+             API's and the webhook's)",
+            certificate_expiry.clone(),
+        );
         registry.register(
             "reconcile_errors",
             "Reconciliations that failed, by error",
@@ -114,6 +127,7 @@ impl Metrics {
             status_write_failures,
             status_writes_withheld,
             leader,
+            certificate_expiry,
             phases: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
         }
@@ -154,6 +168,16 @@ impl Metrics {
 
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
+    }
+
+    /// When the `certificate` served now expires (unix seconds); unreadable: 0, which an
+    /// expiry alert takes as expired.
+    pub fn certificate_expires(&self, certificate: &str, not_after: Option<i64>) {
+        self.certificate_expiry
+            .get_or_create(&CertificateLabels {
+                certificate: certificate.into(),
+            })
+            .set(not_after.unwrap_or(0));
     }
 
     /// Sets the phase counted for an object; `None` when it is gone.
@@ -265,7 +289,14 @@ mod tests {
         let m = Metrics::new();
         drop(m.reconcile());
         m.error("agent");
+        m.certificate_expires("serving", Some(1_900_000_000));
         let text = m.encode();
+        assert!(
+            text.contains(
+                "sandbox_operator_certificate_expiry_timestamp_seconds{certificate=\"serving\"} 1900000000"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("sandbox_operator_reconciles_total 1"),
             "{text}"

@@ -28,6 +28,21 @@ pub struct Metrics {
     processes: Family<PhaseLabels, Gauge>,
     output_bytes: Gauge,
     dropped_bytes: Gauge,
+    lost: Counter,
+    state_available: Gauge,
+    state_capacity: Gauge,
+    cert_expiry: Gauge,
+}
+
+/// What the node tells at scrape time, beside the records.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeFacts {
+    /// Processes recorded Lost since this agent started.
+    pub lost: u64,
+    /// The state dir's filesystem: bytes available to the agent, and its size.
+    pub state_dir: Option<(u64, u64)>,
+    /// When the agent's serving certificate expires (unix seconds), with TLS on.
+    pub cert_expiry: Option<i64>,
 }
 
 impl Default for Metrics {
@@ -44,6 +59,8 @@ impl Metrics {
         let processes = Family::<PhaseLabels, Gauge>::default();
         let output_bytes = Gauge::default();
         let dropped_bytes = Gauge::default();
+        let (lost, cert_expiry) = (Counter::default(), Gauge::default());
+        let (state_available, state_capacity) = (Gauge::default(), Gauge::default());
         registry.register(
             "start_duration_seconds",
             "Start requests answered with a record: to the process running, or failing to (a repeated start of a known process answers at once)",
@@ -69,6 +86,26 @@ impl Metrics {
             "Output of those processes that could not be kept (retention, budget, full disk)",
             dropped_bytes.clone(),
         );
+        registry.register(
+            "processes_lost",
+            "Processes found without their supervisor and recorded Lost (exit code unknown)",
+            lost.clone(),
+        );
+        registry.register(
+            "state_dir_available_bytes",
+            "Bytes available on the state dir's filesystem (output, records); starts wait below 1 MiB",
+            state_available.clone(),
+        );
+        registry.register(
+            "state_dir_capacity_bytes",
+            "Size of the state dir's filesystem",
+            state_capacity.clone(),
+        );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the agent's serving certificate expires (renewed at 2/3 of its validity)",
+            cert_expiry.clone(),
+        );
         Metrics {
             registry,
             start_seconds,
@@ -76,6 +113,10 @@ impl Metrics {
             processes,
             output_bytes,
             dropped_bytes,
+            lost,
+            state_available,
+            state_capacity,
+            cert_expiry,
         }
     }
 
@@ -89,8 +130,21 @@ impl Metrics {
             .inc();
     }
 
-    /// The text exposition, with the gauges taken from `records` now.
-    pub fn encode(&self, records: &[ProcessRecord]) -> String {
+    /// The text exposition, with the gauges taken from `records` and the node now.
+    pub fn encode(&self, records: &[ProcessRecord], node: NodeFacts) -> String {
+        // The counter is the registry's: it only moves on.
+        let seen = self.lost.get();
+        if node.lost > seen {
+            self.lost.inc_by(node.lost - seen);
+        }
+        let clamp = |v: u64| v.min(i64::MAX as u64) as i64;
+        if let Some((available, capacity)) = node.state_dir {
+            self.state_available.set(clamp(available));
+            self.state_capacity.set(clamp(capacity));
+        }
+        if let Some(t) = node.cert_expiry {
+            self.cert_expiry.set(t);
+        }
         let phases = [Phase::Starting, Phase::Running, Phase::Exited, Phase::Error];
         for p in phases {
             let n = records.iter().filter(|r| r.phase == p).count();
@@ -135,7 +189,12 @@ mod tests {
         m.started(Duration::from_millis(20));
         m.error("InvalidRequest");
         m.error("InvalidRequest");
-        let text = m.encode(&[a, b]);
+        let node = NodeFacts {
+            lost: 2,
+            state_dir: Some((1 << 30, 4 << 30)),
+            cert_expiry: Some(1_900_000_000),
+        };
+        let text = m.encode(&[a, b], node);
         for want in [
             "sandbox_agent_processes{phase=\"Running\"} 1",
             "sandbox_agent_processes{phase=\"Exited\"} 1",
@@ -144,12 +203,19 @@ mod tests {
             "sandbox_agent_output_dropped_bytes 7",
             "sandbox_agent_errors_total{code=\"InvalidRequest\"} 2",
             "sandbox_agent_start_duration_seconds_count 1",
+            "sandbox_agent_processes_lost_total 2",
+            "sandbox_agent_state_dir_available_bytes 1073741824",
+            "sandbox_agent_state_dir_capacity_bytes 4294967296",
+            "sandbox_agent_certificate_expiry_timestamp_seconds 1900000000",
         ] {
             assert!(text.contains(want), "{want} not in:\n{text}");
         }
         assert!(!text.contains("\"a\""), "no process ids");
-        assert!(m
-            .encode(&[])
-            .contains("sandbox_agent_processes{phase=\"Running\"} 0"));
+        let again = m.encode(&[], NodeFacts::default());
+        assert!(again.contains("sandbox_agent_processes{phase=\"Running\"} 0"));
+        assert!(
+            again.contains("sandbox_agent_processes_lost_total 2"),
+            "never back"
+        );
     }
 }

@@ -38,6 +38,8 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     pub auth: Arc<Auth>,
     pub metrics: Arc<Metrics>,
+    /// The agent's serving certificate (with TLS on), for its expiry in the metrics.
+    pub serving_cert: Option<std::path::PathBuf>,
     /// Becomes true when the agent shuts down: open streams end.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -124,11 +126,31 @@ pub fn metrics_router(state: AppState) -> Router {
                         header::CONTENT_TYPE,
                         "application/openmetrics-text; version=1.0.0; charset=utf-8",
                     )],
-                    st.metrics.encode(&st.registry.list()),
+                    st.metrics.encode(&st.registry.list(), node_facts(&st)),
                 )
             }),
         )
         .with_state(state)
+}
+
+/// The node's side of the metrics, read at scrape time.
+fn node_facts(st: &AppState) -> crate::daemon::metrics::NodeFacts {
+    let fs = nix::sys::statvfs::statvfs(st.registry.layout().root()).ok();
+    crate::daemon::metrics::NodeFacts {
+        lost: st.registry.lost(),
+        state_dir: fs.map(|f| {
+            let unit = f.fragment_size();
+            (
+                f.blocks_available().saturating_mul(unit),
+                f.blocks().saturating_mul(unit),
+            )
+        }),
+        cert_expiry: st
+            .serving_cert
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|pem| crate::daemon::tls::identity::not_after(&pem)),
+    }
 }
 
 async fn list(State(st): State<AppState>) -> Json<ProcessList> {

@@ -25,10 +25,12 @@ struct Inputs {
 
 /// Waits for the first complete configuration, then keeps it current in the background.
 /// Returns the TLS configuration and the request-header settings, each as a watch.
+/// `served` is told each certificate when it starts being served.
 pub async fn serving(
     client: Client,
     namespace: String,
     secret: String,
+    served: impl Fn(&str) + Send + 'static,
 ) -> (
     watch::Receiver<Arc<rustls::ServerConfig>>,
     watch::Receiver<RequestHeaderConfig>,
@@ -47,6 +49,7 @@ pub async fn serving(
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(30));
     };
+    served(&inputs.cert);
     let (cfg_tx, cfg_rx) = watch::channel(Arc::new(cfg));
     let (hdr_tx, hdr_rx) = watch::channel(inputs.headers.clone());
     tokio::spawn(async move {
@@ -68,6 +71,7 @@ pub async fn serving(
                     );
                     let _ = cfg_tx.send(Arc::new(cfg));
                     let _ = hdr_tx.send(next.headers.clone());
+                    served(&next.cert);
                     current = next;
                 }
                 Err(e) => {

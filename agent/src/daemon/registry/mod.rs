@@ -65,6 +65,8 @@ pub struct Registry {
     follows: Arc<Follows>,
     /// Each runtime binary judged, and the verdict (judged again when the file changes).
     runtime_verdicts: Mutex<HashMap<String, (spawn::FileId, Verdict)>>,
+    /// Processes recorded Lost since this agent started (a metric).
+    lost: std::sync::atomic::AtomicU64,
 }
 
 impl Registry {
@@ -84,6 +86,7 @@ impl Registry {
             tx,
             start_locks: Mutex::new(HashMap::new()),
             runtime_verdicts: Mutex::new(HashMap::new()),
+            lost: Default::default(),
         });
         // Watch first so no change between the scan and the watch is missed.
         reg.clone().spawn_watcher()?;
@@ -176,6 +179,11 @@ impl Registry {
             .get(id)
             .cloned()
             .ok_or_else(|| AgentError::ProcessNotFound(id.to_string()))
+    }
+
+    /// Processes recorded Lost since this agent started.
+    pub fn lost(&self) -> u64 {
+        self.lost.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn layout(&self) -> &Layout {

@@ -108,6 +108,7 @@ impl Registry {
         if let Err(e) = record::write_json(&path, &rec, true) {
             warn!(exec_id = %id, error = %e, "writing lost record");
         }
+        self.lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.upsert(rec);
     }
 }

@@ -73,6 +73,11 @@ fn facts(pem: &str) -> Option<Facts> {
     })
 }
 
+/// When `cert` (PEM) expires, in seconds since the epoch (`None`: unreadable).
+pub fn not_after(cert: &str) -> Option<i64> {
+    facts(cert).map(|f| f.not_after)
+}
+
 /// Whether one of the bundle's CAs issued `cert` (a certificate kept from another CA — a
 /// reinstalled release, a CA replaced outright — is of no use: the operator would refuse it).
 pub fn issued_by_one_of(cert: &str, bundle: &str) -> bool {
