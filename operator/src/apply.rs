@@ -18,7 +18,7 @@ use tracing::{debug, info};
 
 use crate::act::Actor;
 use crate::agent::Anywhere;
-use crate::context::{now, ttl_requeue, Context, OUTPUT_REFRESH, PENDING_RECHECK};
+use crate::context::{now, ttl_requeue, Context, OUTPUT_REFRESH, PENDING_RECHECK, START_SETTLE};
 use crate::envfrom;
 use crate::error::Error;
 use crate::memo::CachedCopy;
@@ -105,6 +105,13 @@ pub async fn apply(
             ..facts
         }) != next
     });
+    let settled = ctx.memo.start_settled(&uid).is_some();
+    if status::plan(&stored, &next, settled) == status::Write::Hold {
+        // Just started: a process that ends within START_SETTLE gets one status write, its final.
+        ctx.memo
+            .settle_start(&uid, next.node_name.as_deref().unwrap_or_default());
+        return Ok(Action::requeue(START_SETTLE));
+    }
     writer::write(ctx, api, &obj, &stored, &next).await?;
     if status::is_started(&next) && !status::is_started(&stored) {
         ctx.memo.start_written(&uid);
@@ -146,6 +153,16 @@ fn judged(
         // A start was sent (its outcome perhaps unknown) before any status of ours is in this
         // copy: bound to that pod, as the status will say.
         prev.target_pod_uid = ctx.memo.start_sent_for(uid);
+    }
+    if let Some(node) = ctx
+        .memo
+        .start_settled(uid)
+        .filter(|_| !status::is_started(&prev))
+    {
+        // Started by us, its first Running status held back (START_SETTLE): read the record on
+        // that node now, as for any started process, rather than start again.
+        prev.pod_uid = ctx.memo.start_sent_for(uid).or(prev.target_pod_uid.clone());
+        prev.node_name = Some(node);
     }
     if prev.target_pod_uid.is_none() && !status::is_started(&prev) && !status::is_final(&prev) {
         // Or an earlier leader sent one and went before writing any status: an agent holds the
@@ -345,6 +362,14 @@ pub fn next_action(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The write budget (docs/writes.md) assumes these: one output refresh per 30 s at most
+    /// (status/tests.rs's write plan simulates it), and a Running status held back briefly.
+    #[test]
+    fn timing_of_the_write_budget() {
+        assert_eq!(OUTPUT_REFRESH, Duration::from_secs(30));
+        assert!(START_SETTLE <= Duration::from_millis(50));
+    }
 
     #[test]
     fn when_to_look_again() {

@@ -16,6 +16,10 @@ struct Entry {
     final_written: bool,
     /// We wrote a status saying the process started, which the cache may not show yet.
     start_written: bool,
+    /// The node of a process whose first Running status was held back once (`START_SETTLE`):
+    /// the next look reads the agent's record there instead of starting again, and writes what
+    /// it finds.
+    start_settled: Option<String>,
     /// The pod (uid) the first start request was sent for. The object is bound to it from that
     /// moment, before any status saying so can be read back: a copy from the cache that predates
     /// our writes, with the pod meanwhile re-created under its name on another node, must never
@@ -101,6 +105,17 @@ impl Memo {
         } else {
             CachedCopy::Current
         }
+    }
+
+    /// The first Running status of a process started on `node` is held back.
+    pub fn settle_start(&self, uid: &str, node: &str) {
+        self.with(uid, |e| e.start_settled = Some(node.to_string()));
+    }
+
+    /// The node of a process whose first Running status was held back (started, unwritten).
+    pub fn start_settled(&self, uid: &str) -> Option<String> {
+        let e = self.entries.lock().unwrap();
+        e.get(uid).and_then(|e| e.start_settled.clone())
     }
 
     /// A status saying the process started was written.
@@ -224,7 +239,11 @@ mod tests {
         assert_eq!((m.failed("u"), m.failed("u")), (1, 2));
         m.succeeded("u");
         assert_eq!(m.failed("u"), 1);
+        assert_eq!(m.start_settled("u"), None);
+        m.settle_start("u", "node-1");
+        assert_eq!(m.start_settled("u"), Some("node-1".into()));
         m.ended("u");
+        assert_eq!(m.start_settled("u"), None);
         assert_eq!(m.output_due("u", Duration::from_secs(60)), None);
         assert_eq!(m.failed("u"), 1, "the count starts again after the end");
         m.gone("u");

@@ -652,3 +652,130 @@ async fn invalid_manifests_are_rejected_at_apply_naming_the_field() {
     })
     .await;
 }
+
+/// The writes a watch saw of one object: its distinct resourceVersions, and how many came
+/// before and with the first final status.
+#[derive(Default, Debug)]
+struct Writes {
+    versions: Vec<String>,
+    phases: Vec<String>,
+    to_final: Option<usize>,
+    deleted: bool,
+}
+
+/// Issue 33: the API writes of 20 short processes (`true`) from create to deletion, counted
+/// through a watch (one distinct resourceVersion per write) plus the Events about them (one
+/// write each, more for a series): ≤ 3 each to final (create, finalizer, final status), ≤ 2 more
+/// to deletion (the DELETE, the finalizer's removal). docs/writes.md says why each remains.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/operator"]
+async fn a_short_process_costs_at_most_five_api_writes() {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::{DeleteParams, ListParams, WatchEvent, WatchParams};
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    const N: usize = 20;
+    with_ns("op-writes", |t| async move {
+        t.pods([pod("target", None)]).await?;
+        let api = t.sbps();
+        let from = api.list(&ListParams::default()).await?.metadata;
+        let from = from.resource_version.unwrap_or_default();
+        let mut stream = api.watch(&WatchParams::default().timeout(290), &from).await?.boxed();
+        let seen: Arc<Mutex<BTreeMap<String, Writes>>> = Default::default();
+        let log = seen.clone();
+        let watch = tokio::spawn(async move {
+            while let Some(ev) = stream.try_next().await? {
+                let (o, deleted) = match ev {
+                    WatchEvent::Added(o) | WatchEvent::Modified(o) => (o, false),
+                    WatchEvent::Deleted(o) => (o, true),
+                    WatchEvent::Bookmark(_) => continue,
+                    WatchEvent::Error(e) => bail!("the watch ended: {e:?}"),
+                };
+                let mut all = log.lock().unwrap();
+                let w = all.entry(o.metadata.name.clone().unwrap_or_default()).or_default();
+                let rv = o.metadata.resource_version.clone().unwrap_or_default();
+                if !w.versions.contains(&rv) {
+                    w.versions.push(rv);
+                    w.phases.push(field(&o, "/status/phase"));
+                }
+                if w.to_final.is_none() && is_final(&o) {
+                    w.to_final = Some(w.versions.len());
+                }
+                w.deleted |= deleted;
+            }
+            Ok::<_, anyhow::Error>(())
+        });
+        let names: Vec<String> = (0..N).map(|i| format!("short-{i}")).collect();
+        t.apply_sbps(
+            names
+                .iter()
+                .map(|n| sbp(n, "target", json!({"command": ["true"]}))),
+        )
+        .await?;
+        let all = |pred: fn(&Writes) -> bool| {
+            let seen = seen.clone();
+            async move {
+                for _ in 0..600 {
+                    let n = seen.lock().unwrap().values().filter(|w| pred(w)).count();
+                    if n == N {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                bail!("not all {N} objects got there in 60 s: {:?}", seen.lock().unwrap())
+            }
+        };
+        all(|w| w.to_final.is_some()).await?;
+        // Events follow the status write; any late status write would show here too.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let events = writes_of_events(&t).await?;
+        api.delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await?;
+        all(|w| w.deleted).await?;
+        watch.abort();
+        let after = writes_of_events(&t).await?;
+        let seen = seen.lock().unwrap();
+        let mut over = Vec::new();
+        for (name, w) in seen.iter() {
+            let uid_events = |m: &BTreeMap<String, (String, u32)>| -> Vec<(String, u32)> {
+                m.values().filter(|(n, _)| n == name).cloned().collect()
+            };
+            let (before, later) = (uid_events(&events), uid_events(&after));
+            let event_writes = |v: &[(String, u32)]| v.iter().map(|e| e.1).sum::<u32>() as usize;
+            let to_final = w.to_final.unwrap_or(0) + event_writes(&before);
+            let to_gone =
+                w.versions.len() - w.to_final.unwrap_or(0) + event_writes(&later) - event_writes(&before);
+            if to_final > 3 || to_gone > 2 {
+                over.push(format!(
+                    "{name}: {to_final} writes to final, {to_gone} to deletion (versions by phase {:?}, {} Event writes)",
+                    w.phases,
+                    event_writes(&later)
+                ));
+            }
+        }
+        ensure!(
+            over.is_empty(),
+            "{} of {N} short processes over the budget (≤ 3 writes to final, ≤ 2 to deletion):\n{}",
+            over.len(),
+            over.join("\n")
+        );
+        Ok(())
+    })
+    .await;
+}
+
+/// The namespace's Events by uid: (the object's name, its writes: one, or its series count).
+async fn writes_of_events(t: &TestNs) -> Result<std::collections::BTreeMap<String, (String, u32)>> {
+    use k8s_openapi::api::core::v1::Event;
+    let list = t.api::<Event>().list(&Default::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|e| {
+            let writes = e.count.unwrap_or(1).max(1) as u32;
+            let name = e.involved_object.name.clone().unwrap_or_default();
+            (e.metadata.uid.unwrap_or_default(), (name, writes))
+        })
+        .collect())
+}

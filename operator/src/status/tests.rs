@@ -1165,12 +1165,18 @@ fn events_announce_each_transition_once() {
         notes[0].message,
         "exited with code 0 before it was ever ready"
     );
-    // Started and ended between two looks: both announced.
+    // Started and ended before any status said it started: only a failure is announced (the
+    // status, one write, says the rest).
     let quick = Case::new()
         .prev(pending.clone())
         .record(exited(0, None, wire::EndReason::Exited))
         .run();
-    assert_eq!(names(&transitions(&pending, &quick)), ["Started", "Exited"]);
+    assert!(transitions(&pending, &quick).is_empty());
+    let quick_failure = Case::new()
+        .prev(pending.clone())
+        .record(exited(3, None, wire::EndReason::Exited))
+        .run();
+    assert_eq!(names(&transitions(&pending, &quick_failure)), ["Failed"]);
     // Agent lost: one warning, none while it stays lost.
     let lost = Case::new()
         .prev(ready.clone())
@@ -1284,4 +1290,100 @@ fn the_pod_first_seen_is_the_only_target() {
         })
         .run();
     assert_eq!(s.target_pod_uid.as_deref(), Some("pod-3"));
+}
+
+/// What the write-plan simulation's output refresh interval is (`context::OUTPUT_REFRESH`,
+/// pinned in apply.rs's tests).
+const REFRESH: i64 = 30;
+
+/// The API writes that a process's looks cause after its create and finalizer, made as a
+/// reconcile makes them: `compute`, `plan`, and for a written status its `transitions`' Events.
+/// Each look is (second, the agent's record); the output may be refreshed once `REFRESH` has
+/// passed since it was last written.
+fn write_plan(looks: &[(i64, ProcessRecord)]) -> Vec<String> {
+    let (mut stored, mut held) = (SandboxProcessStatus::default(), false);
+    let (mut output_at, mut writes) = (None::<i64>, Vec::new());
+    for (at, r) in looks {
+        let mut case = Case::new().prev(stored.clone()).record(r.clone()).at(*at);
+        case.output_due = output_at.is_none_or(|t| at - t >= REFRESH);
+        let next = case.run();
+        match plan(&stored, &next, held) {
+            Write::Nothing => {}
+            Write::Hold => held = true,
+            Write::Status => {
+                writes.push(format!("status {:?}", next.phase.unwrap()));
+                let events = transitions(&stored, &next);
+                writes.extend(events.iter().map(|n| format!("event {}", n.reason)));
+                if next.output != stored.output {
+                    output_at = Some(*at);
+                }
+                stored = next;
+            }
+        }
+    }
+    writes
+}
+
+/// A running record whose output has grown to `bytes`.
+fn printing(bytes: u64) -> ProcessRecord {
+    let mut r = record(wire::Phase::Running);
+    r.output.stdout_bytes = bytes;
+    r.output.tail = format!("{bytes} bytes\n");
+    r
+}
+
+#[test]
+fn write_plan_per_shape() {
+    let running = || record(wire::Phase::Running);
+    let ok = || exited(0, None, wire::EndReason::Exited);
+    // Long, printing every 10 s for 100 s: the output reaches the status at most every 30 s.
+    let mut printer: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (0, printing(1))];
+    printer.extend((1..=10).map(|k| (k * 10, printing(k as u64 + 1))));
+    printer.push((101, ok()));
+    let cases: Vec<(&str, Vec<(i64, ProcessRecord)>, &[&str])> = vec![
+        (
+            "short: ended before the first look",
+            vec![(0, ok())],
+            &["status Exited"],
+        ),
+        (
+            "short: ended within the settle time (the Running status is held back once)",
+            vec![(0, running()), (0, ok())],
+            &["status Exited"],
+        ),
+        (
+            "short failure: its Warning stays",
+            vec![
+                (0, running()),
+                (0, exited(3, None, wire::EndReason::Exited)),
+            ],
+            &["status Exited", "event Failed"],
+        ),
+        (
+            "long and quiet: Running after the settle time, no write while nothing changes",
+            vec![(0, running()), (0, running()), (60, running()), (300, ok())],
+            &[
+                "status Running",
+                "event Started",
+                "status Exited",
+                "event Exited",
+            ],
+        ),
+        (
+            "long, printing: one output refresh per 30 s",
+            printer,
+            &[
+                "status Running",
+                "event Started",
+                "status Running",
+                "status Running",
+                "status Running",
+                "status Exited",
+                "event Exited",
+            ],
+        ),
+    ];
+    for (shape, looks, want) in cases {
+        assert_eq!(write_plan(&looks), want, "{shape}");
+    }
 }
