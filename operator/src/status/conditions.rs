@@ -154,7 +154,9 @@ fn all_transitions(prev: &SandboxProcessStatus, next: &SandboxProcessStatus) -> 
         ));
     }
     let now_ready = next.phase == Some(Phase::Running) && ready(next);
-    if now_ready && !ready(prev) {
+    // Ready in the status that first shows the process started (no readiness check) is said by
+    // Started: a second Event would be a second write for it.
+    if now_ready && !ready(prev) && prev.is_started() {
         notes.push(note(false, "Ready", "the process is ready".into()));
     }
     let was_final = is_final(prev);

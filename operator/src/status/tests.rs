@@ -1123,7 +1123,11 @@ fn events_announce_each_transition_once() {
     let mut r = record(wire::Phase::Running);
     let running = Case::new().prev(pending.clone()).record(r.clone()).run();
     assert_eq!(names(&transitions(&pending, &running)), ["Started"]);
+    // Ready at the first status that shows it started: Started says it.
     r.ready = true;
+    let at_once = Case::new().prev(pending.clone()).record(r.clone()).run();
+    assert_eq!(conds(&at_once)[0], c("True", "Ready"));
+    assert_eq!(names(&transitions(&pending, &at_once)), ["Started"]);
     let ready = Case::new().prev(running.clone()).record(r.clone()).run();
     assert_eq!(names(&transitions(&running, &ready)), ["Ready"]);
     assert!(transitions(&ready, &ready).is_empty());
@@ -1327,6 +1331,7 @@ fn write_plan(looks: &[(i64, ProcessRecord)]) -> Vec<String> {
 /// A running record whose output has grown to `bytes`.
 fn printing(bytes: u64) -> ProcessRecord {
     let mut r = record(wire::Phase::Running);
+    r.ready = true;
     r.output.stdout_bytes = bytes;
     r.output.tail = format!("{bytes} bytes\n");
     r
@@ -1334,7 +1339,7 @@ fn printing(bytes: u64) -> ProcessRecord {
 
 #[test]
 fn write_plan_per_shape() {
-    let running = || record(wire::Phase::Running);
+    let running = || printing(3);
     let ok = || exited(0, None, wire::EndReason::Exited);
     // Long, printing every 10 s for 100 s: the output reaches the status at most every 30 s.
     let mut printer: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (0, printing(1))];
