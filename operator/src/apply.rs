@@ -95,16 +95,7 @@ pub async fn apply(
         agent_grace: ctx.settings.agent_grace,
         output_due: held_output.is_none(),
     };
-    let next = status::compute(&facts);
-    // Output and usage held back for now (written at most every OUTPUT_REFRESH): look again when
-    // they are due, or a change that no event follows (a sleeping process's first usage sample)
-    // would never reach the status.
-    let held_back = held_output.filter(|_| {
-        status::compute(&Facts {
-            output_due: true,
-            ..facts
-        }) != next
-    });
+    let (next, held_back) = computed(&facts, &stored, held_output);
     let settled = ctx.memo.start_settled(&uid).is_some();
     if status::plan(&stored, &next, settled) == status::Write::Hold {
         // Just started: a process that ends within START_SETTLE gets one status write, its final.
@@ -124,6 +115,26 @@ pub async fn apply(
     let deadline =
         status::start_deadline_left(spec, obj.metadata.creation_timestamp.as_ref(), &now);
     Ok(next_action(&agent, held_back, next.phase, deadline))
+}
+
+/// The status to write, and how long until held-back output and usage are due (`held_output`:
+/// not due yet, due in that long). Held back, they are looked at again when due, or a change no
+/// event follows (a sleeping process's first usage sample) would never reach the status; a
+/// status written anyway carries them at no extra write.
+fn computed(
+    facts: &Facts<'_>,
+    stored: &SandboxProcessStatus,
+    held_output: Option<Duration>,
+) -> (SandboxProcessStatus, Option<Duration>) {
+    let full = held_output.map(|_| {
+        status::compute(&Facts {
+            output_due: true,
+            ..facts.clone()
+        })
+    });
+    let next = status::with_output(stored, status::compute(facts), full.clone());
+    let held_back = held_output.filter(|_| full.is_some_and(|f| f != next));
+    (next, held_back)
 }
 
 /// The status as stored in the cached copy, and the one this reconcile judges by: the stored one
@@ -154,14 +165,14 @@ fn judged(
         // copy: bound to that pod, as the status will say.
         prev.target_pod_uid = ctx.memo.start_sent_for(uid);
     }
-    if let Some(node) = ctx
+    let settled = ctx
         .memo
         .start_settled(uid)
-        .filter(|_| !status::is_started(&prev))
-    {
+        .zip(ctx.memo.start_sent_for(uid));
+    if let Some((node, pod_uid)) = settled.filter(|_| !status::is_started(&prev)) {
         // Started by us, its first Running status held back (START_SETTLE): read the record on
         // that node now, as for any started process, rather than start again.
-        prev.pod_uid = ctx.memo.start_sent_for(uid).or(prev.target_pod_uid.clone());
+        prev.pod_uid = Some(pod_uid);
         prev.node_name = Some(node);
     }
     if prev.target_pod_uid.is_none() && !status::is_started(&prev) && !status::is_final(&prev) {

@@ -27,3 +27,17 @@ pub fn plan(stored: &SandboxProcessStatus, next: &SandboxProcessStatus, held: bo
         Write::Status
     }
 }
+
+/// The status to write while the output is not due (`full`: the one with it, when it is held
+/// back): the one without — unless that is written anyway, when the latest output and usage ride
+/// along at no extra write.
+pub fn with_output(
+    stored: &SandboxProcessStatus,
+    plain: SandboxProcessStatus,
+    full: Option<SandboxProcessStatus>,
+) -> SandboxProcessStatus {
+    match full {
+        Some(full) if plain != *stored => full,
+        _ => plain,
+    }
+}

@@ -1304,13 +1304,19 @@ const REFRESH: i64 = 30;
 /// reconcile makes them: `compute`, `plan`, and for a written status its `transitions`' Events.
 /// Each look is (second, the agent's record); the output may be refreshed once `REFRESH` has
 /// passed since it was last written.
-fn write_plan(looks: &[(i64, ProcessRecord)]) -> Vec<String> {
+fn write_plan(readiness: bool, looks: &[(i64, ProcessRecord)]) -> Vec<String> {
     let (mut stored, mut held) = (SandboxProcessStatus::default(), false);
     let (mut output_at, mut writes) = (None::<i64>, Vec::new());
     for (at, r) in looks {
         let mut case = Case::new().prev(stored.clone()).record(r.clone()).at(*at);
+        if readiness {
+            case = case.readiness();
+        }
         case.output_due = output_at.is_none_or(|t| at - t >= REFRESH);
-        let next = case.run();
+        let plain = case.run();
+        case.output_due = true;
+        let full = (plain != case.run()).then(|| case.run());
+        let next = with_output(&stored, plain, full);
         match plan(&stored, &next, held) {
             Write::Nothing => {}
             Write::Hold => held = true,
@@ -1345,7 +1351,16 @@ fn write_plan_per_shape() {
     let mut printer: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (0, printing(1))];
     printer.extend((1..=10).map(|k| (k * 10, printing(k as u64 + 1))));
     printer.push((101, ok()));
-    let cases: Vec<(&str, Vec<(i64, ProcessRecord)>, &[&str])> = vec![
+    // With a readiness check passing at 10 s: its write carries the output of then.
+    let mut probed = vec![(0, printing(1)), (0, printing(1))];
+    let mut ready = printing(2);
+    ready.ready = true;
+    probed.extend([(10, ready.clone()), (20, ready.clone()), (50, ready)]);
+    for (_, r) in &mut probed[..2] {
+        r.ready = false;
+    }
+    type Looks = Vec<(i64, ProcessRecord)>;
+    let cases: Vec<(&str, Looks, &[&str])> = vec![
         (
             "short: ended before the first look",
             vec![(0, ok())],
@@ -1389,6 +1404,16 @@ fn write_plan_per_shape() {
         ),
     ];
     for (shape, looks, want) in cases {
-        assert_eq!(write_plan(&looks), want, "{shape}");
+        assert_eq!(write_plan(false, &looks), want, "{shape}");
     }
+    // Readiness passing at 10 s with new output: one write for both; nothing new until 50 s.
+    assert_eq!(
+        write_plan(true, &probed),
+        [
+            "status Running",
+            "event Started",
+            "status Running",
+            "event Ready"
+        ]
+    );
 }
