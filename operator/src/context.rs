@@ -22,9 +22,6 @@ pub const FIELD_MANAGER: &str = "sandbox-operator";
 /// The output summary in the status is refreshed at most this often while the process runs:
 /// each refresh is an etcd write (docs/writes.md).
 pub const OUTPUT_REFRESH: Duration = Duration::from_secs(30);
-/// After a start, the first status saying Running waits this long for the process's end: a
-/// short process then gets one status write (final) instead of two (Running, then final).
-pub const START_SETTLE: Duration = Duration::from_millis(50);
 /// A delete whose process cannot be stopped (agent unreachable, node still there) is let go
 /// after this long, so objects never hang in deletion.
 pub const CLEANUP_GIVE_UP: Duration = Duration::from_secs(120);

@@ -1,30 +1,66 @@
 //! The write plan: what a reconcile does with the status it computed (docs/writes.md).
-use sandbox_api::crd::SandboxProcessStatus;
+use std::time::Duration;
 
-use super::{is_final, is_started};
+use sandbox_api::crd::{condition, SandboxProcessStatus};
+
+use super::{is_final, is_started, LAUNCHING};
 
 /// What becomes of a computed status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Write {
     /// The object already shows it: no write.
     Nothing,
-    /// The first status saying the process runs, held back once for `START_SETTLE`: a process
-    /// that ends meanwhile gets its final status as its only status write.
-    Hold,
+    /// The first status saying the process started, held back: while the agent still launches
+    /// it (at most [`LAUNCH_HOLD`]), then once for [`START_SETTLE`] after it runs. A process that
+    /// ends meanwhile gets its final status as its only status write. Look again `after` this
+    /// (the agent's watch brings news sooner); `settling`: held while the process runs.
+    Hold { after: Duration, settling: bool },
     /// One status write.
     Status,
 }
 
-/// `stored`: the object's status; `next`: the computed one; `held`: the first Running status
-/// was held back already (it is held at most once, so a long process's Running is late by one
-/// settle time, never more).
-pub fn plan(stored: &SandboxProcessStatus, next: &SandboxProcessStatus, held: bool) -> Write {
+/// How long a started process's first status waits for its end once it runs.
+pub const START_SETTLE: Duration = Duration::from_millis(100);
+/// How long a launch (the runtime's exec) may keep the first started status back: a slower one
+/// is shown (Running, `Ready=False Starting`) rather than nothing.
+pub const LAUNCH_HOLD: Duration = Duration::from_secs(2);
+
+/// A first started status held back so far: for how long, and whether while the process ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub for_: Duration,
+    pub running: bool,
+}
+
+/// `stored`: the object's status; `next`: the computed one; `held`: how the first started
+/// status was held back so far (`None`: not). A long process's Running status is late by its
+/// launch and one settle time, never more.
+pub fn plan(
+    stored: &SandboxProcessStatus,
+    next: &SandboxProcessStatus,
+    held: Option<Held>,
+) -> Write {
     if next == stored {
-        Write::Nothing
-    } else if !held && !is_started(stored) && is_started(next) && !is_final(next) {
-        Write::Hold
-    } else {
-        Write::Status
+        return Write::Nothing;
+    }
+    if is_started(stored) || !is_started(next) || is_final(next) {
+        return Write::Status;
+    }
+    let launching = next
+        .condition(condition::READY)
+        .is_some_and(|c| c.reason == LAUNCHING);
+    let for_ = held.map_or(Duration::ZERO, |h| h.for_);
+    match held {
+        _ if launching && for_ < LAUNCH_HOLD => Write::Hold {
+            after: LAUNCH_HOLD - for_,
+            settling: false,
+        },
+        Some(Held { running: true, .. }) => Write::Status,
+        _ if launching => Write::Status,
+        _ => Write::Hold {
+            after: START_SETTLE,
+            settling: true,
+        },
     }
 }
 

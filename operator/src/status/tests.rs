@@ -1305,7 +1305,7 @@ const REFRESH: i64 = 30;
 /// Each look is (second, the agent's record); the output may be refreshed once `REFRESH` has
 /// passed since it was last written.
 fn write_plan(readiness: bool, looks: &[(i64, ProcessRecord)]) -> Vec<String> {
-    let (mut stored, mut held) = (SandboxProcessStatus::default(), false);
+    let (mut stored, mut held) = (SandboxProcessStatus::default(), None::<(i64, Held)>);
     let (mut output_at, mut writes) = (None::<i64>, Vec::new());
     for (at, r) in looks {
         let mut case = Case::new().prev(stored.clone()).record(r.clone()).at(*at);
@@ -1317,9 +1317,23 @@ fn write_plan(readiness: bool, looks: &[(i64, ProcessRecord)]) -> Vec<String> {
         case.output_due = true;
         let full = (plain != case.run()).then(|| case.run());
         let next = with_output(&stored, plain, full);
-        match plan(&stored, &next, held) {
+        let so_far = held.map(|(since, h)| Held {
+            for_: Duration::from_secs((at - since) as u64),
+            ..h
+        });
+        match plan(&stored, &next, so_far) {
             Write::Nothing => {}
-            Write::Hold => held = true,
+            Write::Hold { settling, .. } => {
+                let (since, mut h) = held.unwrap_or((
+                    *at,
+                    Held {
+                        for_: Duration::ZERO,
+                        running: false,
+                    },
+                ));
+                h.running |= settling;
+                held = Some((since, h));
+            }
             Write::Status => {
                 writes.push(format!("status {:?}", next.phase.unwrap()));
                 let events = transitions(&stored, &next);
@@ -1347,6 +1361,11 @@ fn printing(bytes: u64) -> ProcessRecord {
 fn write_plan_per_shape() {
     let running = || printing(3);
     let ok = || exited(0, None, wire::EndReason::Exited);
+    let launching = || {
+        let mut r = record(wire::Phase::Starting);
+        r.pid = None;
+        r
+    };
     // Long, printing every 10 s for 100 s: the output reaches the status at most every 30 s.
     let mut printer: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (0, printing(1))];
     printer.extend((1..=10).map(|k| (k * 10, printing(k as u64 + 1))));
@@ -1370,6 +1389,28 @@ fn write_plan_per_shape() {
             "short: ended within the settle time (the Running status is held back once)",
             vec![(0, running()), (0, ok())],
             &["status Exited"],
+        ),
+        (
+            "short: launched, then ended within the settle time",
+            vec![(0, launching()), (0, running()), (0, ok())],
+            &["status Exited"],
+        ),
+        (
+            "slow launch: shown once LAUNCH_HOLD has passed",
+            vec![
+                (0, launching()),
+                (3, launching()),
+                (4, running()),
+                (60, ok()),
+            ],
+            &[
+                "status Running",
+                "event Started",
+                "status Running",
+                "event Ready",
+                "status Exited",
+                "event Exited",
+            ],
         ),
         (
             "short failure: its Warning stays",
