@@ -734,7 +734,11 @@ async fn watch_writes(
             let rv = o.metadata.resource_version.clone().unwrap_or_default();
             if !w.versions.contains(&rv) {
                 w.versions.push(rv);
-                w.phases.push(field(&o, "/status/phase"));
+                // "Running/Starting": shown while the agent still launched it.
+                let ready = cond(&o, "Ready");
+                let reason = ready.split('/').nth(1).unwrap_or_default();
+                w.phases
+                    .push(format!("{}/{reason}", field(&o, "/status/phase")));
                 w.at.push(std::time::Instant::now());
             }
             if w.to_final.is_none() && is_final(&o) {
@@ -792,7 +796,7 @@ fn running_to_final(seen: &std::collections::BTreeMap<String, Writes>) -> String
     let mut gaps: Vec<u128> = seen
         .values()
         .filter_map(|w| {
-            let running = w.phases.iter().position(|p| p == "Running")?;
+            let running = w.phases.iter().position(|p| p.starts_with("Running"))?;
             let last = w.to_final? - 1;
             Some(w.at[last].duration_since(w.at[running]).as_millis())
         })

@@ -19,8 +19,10 @@ pub enum Write {
     Status,
 }
 
-/// How long a started process's first status waits for its end once it runs.
-pub const START_SETTLE: Duration = Duration::from_millis(100);
+/// How long a started process's first status waits for its end once it runs. A `true` started
+/// 20 at once on the test cluster had its final record reach the operator 40-210 ms after its
+/// Running one (the supervisor's reap, final record, the agent's watch): this covers that.
+pub const START_SETTLE: Duration = Duration::from_millis(250);
 /// How long a launch (the runtime's exec) may keep the first started status back: a slower one
 /// is shown (Running, `Ready=False Starting`) rather than nothing.
 pub const LAUNCH_HOLD: Duration = Duration::from_secs(2);
