@@ -57,8 +57,13 @@ pub fn plan(
             after: LAUNCH_HOLD - for_,
             settling: false,
         },
-        Some(Held { running: true, .. }) => Write::Status,
         _ if launching => Write::Status,
+        // Looked at again early (another change came): the settle time still runs out first.
+        Some(Held { running: true, .. }) if for_ < START_SETTLE => Write::Hold {
+            after: START_SETTLE - for_,
+            settling: true,
+        },
+        Some(Held { running: true, .. }) => Write::Status,
         _ => Write::Hold {
             after: START_SETTLE,
             settling: true,

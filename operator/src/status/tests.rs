@@ -1367,11 +1367,12 @@ fn write_plan_per_shape() {
         r
     };
     // Long, printing every 10 s for 100 s: the output reaches the status at most every 30 s.
-    let mut printer: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (0, printing(1))];
+    // (Each second look at 1 s is the one after the settle time.)
+    let mut printer: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (1, printing(1))];
     printer.extend((1..=10).map(|k| (k * 10, printing(k as u64 + 1))));
     printer.push((101, ok()));
     // With a readiness check passing at 10 s: its write carries the output of then.
-    let mut probed = vec![(0, printing(1)), (0, printing(1))];
+    let mut probed = vec![(0, printing(1)), (1, printing(1))];
     let mut ready = printing(2);
     ready.ready = true;
     probed.extend([(10, ready.clone()), (20, ready.clone()), (50, ready)]);
@@ -1388,6 +1389,11 @@ fn write_plan_per_shape() {
         (
             "short: ended within the settle time (the Running status is held back once)",
             vec![(0, running()), (0, ok())],
+            &["status Exited"],
+        ),
+        (
+            "short: looked at again within the settle time, then ended",
+            vec![(0, running()), (0, printing(9)), (0, ok())],
             &["status Exited"],
         ),
         (
@@ -1422,7 +1428,7 @@ fn write_plan_per_shape() {
         ),
         (
             "long and quiet: Running after the settle time, no write while nothing changes",
-            vec![(0, running()), (0, running()), (60, running()), (300, ok())],
+            vec![(0, running()), (1, running()), (60, running()), (300, ok())],
             &[
                 "status Running",
                 "event Started",
