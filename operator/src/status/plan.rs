@@ -84,3 +84,9 @@ pub fn with_output(
         _ => plain,
     }
 }
+
+/// Whether writing `next` over `prev` refreshes what is written at most every `OUTPUT_REFRESH`
+/// (output, usage, the process count): the refresh interval counts from such a write.
+pub fn refreshes(prev: &SandboxProcessStatus, next: &SandboxProcessStatus) -> bool {
+    next.output != prev.output || next.usage != prev.usage || next.processes != prev.processes
+}

@@ -1338,7 +1338,7 @@ fn write_plan(readiness: bool, looks: &[(i64, ProcessRecord)]) -> Vec<String> {
                 writes.push(format!("status {:?}", next.phase.unwrap()));
                 let events = transitions(&stored, &next);
                 writes.extend(events.iter().map(|n| format!("event {}", n.reason)));
-                if next.output != stored.output {
+                if refreshes(&stored, &next) {
                     output_at = Some(*at);
                 }
                 stored = next;
@@ -1371,6 +1371,18 @@ fn write_plan_per_shape() {
     let mut printer: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (1, printing(1))];
     printer.extend((1..=10).map(|k| (k * 10, printing(k as u64 + 1))));
     printer.push((101, ok()));
+    // Busy without output: a usage sample every 5 s is refreshed at most every 30 s too.
+    let busy = |k: u64| {
+        let mut r = printing(1);
+        r.usage = Some(wire::Usage {
+            memory_peak_bytes: 1 << 20,
+            cpu_nanos: k * 1_000_000_000,
+        });
+        r
+    };
+    let mut busy_looks: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (1, printing(1))];
+    busy_looks.extend((1..=13).map(|k| (k * 5, busy(k as u64))));
+    busy_looks.push((66, ok()));
     // With a readiness check passing at 10 s: its write carries the output of then.
     let mut probed = vec![(0, printing(1)), (1, printing(1))];
     let mut ready = printing(2);
@@ -1414,6 +1426,18 @@ fn write_plan_per_shape() {
                 "event Started",
                 "status Running",
                 "event Ready",
+                "status Exited",
+                "event Exited",
+            ],
+        ),
+        (
+            "long, busy without output: usage refreshed at most every 30 s",
+            busy_looks,
+            &[
+                "status Running",
+                "event Started",
+                "status Running",
+                "status Running",
                 "status Exited",
                 "event Exited",
             ],
