@@ -48,6 +48,13 @@ pub fn plan(
     if is_started(stored) || !is_started(next) || is_final(next) {
         return Write::Status;
     }
+    if next.phase.is_none() {
+        // Taken as started but nothing learned (the agent briefly unreachable): nothing to show.
+        return Write::Hold {
+            after: START_SETTLE,
+            settling: false,
+        };
+    }
     let launching = next
         .condition(condition::READY)
         .is_some_and(|c| c.reason == LAUNCHING);
@@ -89,4 +96,51 @@ pub fn with_output(
 /// (output, usage, the process count): the refresh interval counts from such a write.
 pub fn refreshes(prev: &SandboxProcessStatus, next: &SandboxProcessStatus) -> bool {
     next.output != prev.output || next.usage != prev.usage || next.processes != prev.processes
+}
+
+#[cfg(test)]
+mod tests {
+    use sandbox_api::crd::Phase;
+
+    use super::*;
+
+    /// The first started status, by what the look learned and how long it was held so far.
+    #[test]
+    fn the_first_started_status_is_held_until_there_is_something_to_show() {
+        let started = |phase| SandboxProcessStatus {
+            pod_uid: Some("pod-1".into()),
+            phase,
+            ..Default::default()
+        };
+        let held = |ms, running| {
+            Some(Held {
+                for_: Duration::from_millis(ms),
+                running,
+            })
+        };
+        let hold = |ms, settling| Write::Hold {
+            after: Duration::from_millis(ms),
+            settling,
+        };
+        let none = SandboxProcessStatus::default();
+        let cases = [
+            (started(None), held(1000, true), hold(250, false)),
+            (started(Some(Phase::Running)), None, hold(250, true)),
+            (
+                started(Some(Phase::Running)),
+                held(100, true),
+                hold(150, true),
+            ),
+            (
+                started(Some(Phase::Running)),
+                held(300, true),
+                Write::Status,
+            ),
+            (started(Some(Phase::Exited)), None, Write::Status),
+            (none.clone(), None, Write::Nothing),
+        ];
+        for (next, so_far, want) in cases {
+            assert_eq!(plan(&none, &next, so_far), want, "{next:?} {so_far:?}");
+        }
+    }
 }
