@@ -95,16 +95,17 @@ pub async fn apply(
         agent_grace: ctx.settings.agent_grace,
         output_due: held_output.is_none(),
     };
-    let next = status::compute(&facts);
-    // Output and usage held back for now (written at most every OUTPUT_REFRESH): look again when
-    // they are due, or a change that no event follows (a sleeping process's first usage sample)
-    // would never reach the status.
-    let held_back = held_output.filter(|_| {
-        status::compute(&Facts {
-            output_due: true,
-            ..facts
-        }) != next
-    });
+    let (next, held_back) = computed(&facts, &stored, held_output);
+    let held = ctx
+        .memo
+        .held_start(&uid)
+        .map(|(_, for_, running)| status::Held { for_, running });
+    if let status::Write::Hold { after, settling } = status::plan(&stored, &next, held) {
+        // Just started: a process that ends meanwhile gets one status write, its final.
+        let node = next.node_name.as_deref().unwrap_or_default();
+        ctx.memo.hold_start(&uid, node, settling);
+        return Ok(Action::requeue(after));
+    }
     writer::write(ctx, api, &obj, &stored, &next).await?;
     if status::is_started(&next) && !status::is_started(&stored) {
         ctx.memo.start_written(&uid);
@@ -117,6 +118,26 @@ pub async fn apply(
     let deadline =
         status::start_deadline_left(spec, obj.metadata.creation_timestamp.as_ref(), &now);
     Ok(next_action(&agent, held_back, next.phase, deadline))
+}
+
+/// The status to write, and how long until held-back output and usage are due (`held_output`:
+/// not due yet, due in that long). Held back, they are looked at again when due, or a change no
+/// event follows (a sleeping process's first usage sample) would never reach the status; a
+/// status written anyway carries them at no extra write.
+fn computed(
+    facts: &Facts<'_>,
+    stored: &SandboxProcessStatus,
+    held_output: Option<Duration>,
+) -> (SandboxProcessStatus, Option<Duration>) {
+    let full = held_output.map(|_| {
+        status::compute(&Facts {
+            output_due: true,
+            ..facts.clone()
+        })
+    });
+    let next = status::with_output(stored, status::compute(facts), full.clone());
+    let held_back = held_output.filter(|_| full.is_some_and(|f| f != next));
+    (next, held_back)
 }
 
 /// The status as stored in the cached copy, and the one this reconcile judges by: the stored one
@@ -146,6 +167,14 @@ fn judged(
         // A start was sent (its outcome perhaps unknown) before any status of ours is in this
         // copy: bound to that pod, as the status will say.
         prev.target_pod_uid = ctx.memo.start_sent_for(uid);
+    }
+    let held = ctx.memo.held_start(uid).map(|(node, ..)| node);
+    let settled = held.zip(ctx.memo.start_sent_for(uid));
+    if let Some((node, pod_uid)) = settled.filter(|_| !status::is_started(&prev)) {
+        // Started by us, its first started status held back (status::plan): read the record on
+        // that node now, as for any started process, rather than start again.
+        prev.pod_uid = Some(pod_uid);
+        prev.node_name = Some(node);
     }
     if prev.target_pod_uid.is_none() && !status::is_started(&prev) && !status::is_final(&prev) {
         // Or an earlier leader sent one and went before writing any status: an agent holds the
@@ -345,6 +374,13 @@ pub fn next_action(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The write budget (docs/writes.md) assumes one output refresh per 30 s at most
+    /// (status/tests.rs's write plan simulates it).
+    #[test]
+    fn output_is_refreshed_at_most_every_30_s() {
+        assert_eq!(OUTPUT_REFRESH, Duration::from_secs(30));
+    }
 
     #[test]
     fn when_to_look_again() {

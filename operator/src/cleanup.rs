@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use sandbox_api::crd::{Phase, SandboxProcess};
+use sandbox_api::crd::{Phase, SandboxProcess, SandboxProcessStatus};
 use sandbox_api::wire::ErrorCode;
 use tracing::{info, warn};
 
@@ -75,8 +75,18 @@ pub async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Option<A
             return step;
         }
     }
-    d.forget(&url, &node, ended, prev.phase == Some(Phase::Running))
-        .await
+    d.forget(&url, &node, ended, deletion_note(&prev)).await
+}
+
+/// The one Event a deletion publishes: the stop of a process the status last showed running
+/// (the object goes, and its status with it). A final object's deletion writes nothing but the
+/// finalizer's removal (docs/writes.md).
+fn deletion_note(prev: &SandboxProcessStatus) -> Option<status::Note> {
+    (prev.phase == Some(Phase::Running)).then(|| status::Note {
+        warning: false,
+        reason: "Stopped",
+        message: "the object was deleted: process stopped and forgotten".into(),
+    })
 }
 
 fn deleting_for(obj: &SandboxProcess) -> Duration {
@@ -131,17 +141,12 @@ impl Deletion<'_> {
         Ok(None)
     }
 
-    /// Has the agent forget the process (records and logs); an Event when it was running.
-    async fn forget(&self, url: &str, node: &str, ended: bool, running: bool) -> Step {
+    /// Has the agent forget the process (records and logs), then publishes `note`.
+    async fn forget(&self, url: &str, node: &str, ended: bool, note: Option<status::Note>) -> Step {
         let timeout = Duration::from_secs(if self.pod_gone || ended { 5 } else { 20 });
         match self.ctx.agents.client.forget(url, &self.uid, timeout).await {
             Ok(()) => {
-                if running {
-                    let note = status::Note {
-                        warning: false,
-                        reason: "Stopped",
-                        message: "the object was deleted: process stopped and forgotten".into(),
-                    };
+                if let Some(note) = note {
                     crate::writer::publish(self.ctx, self.obj, note).await;
                 }
                 self.done("process stopped and forgotten")
@@ -156,6 +161,38 @@ impl Deletion<'_> {
                 }
                 Err(e.into())
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The API writes of a deletion beyond the user's DELETE: the finalizer's removal (which
+    /// deletes the object), and an Event only for a process still shown running.
+    #[test]
+    fn deleting_a_final_object_writes_only_the_finalizer_removal() {
+        let cases = [
+            (Some(Phase::Exited), vec!["finalizer removed"]),
+            (Some(Phase::Error), vec!["finalizer removed"]),
+            (Some(Phase::Pending), vec!["finalizer removed"]),
+            (
+                Some(Phase::Running),
+                vec!["event Stopped", "finalizer removed"],
+            ),
+        ];
+        for (phase, want) in cases {
+            let prev = SandboxProcessStatus {
+                phase,
+                ..Default::default()
+            };
+            let mut writes: Vec<String> = deletion_note(&prev)
+                .map(|n| format!("event {}", n.reason))
+                .into_iter()
+                .collect();
+            writes.push("finalizer removed".into());
+            assert_eq!(writes, want, "{phase:?}");
         }
     }
 }

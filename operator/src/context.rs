@@ -19,8 +19,9 @@ use crate::metrics::Metrics;
 pub const FINALIZER: &str = "sandbox.dev/process";
 /// Field manager of the status written with server-side apply.
 pub const FIELD_MANAGER: &str = "sandbox-operator";
-/// The output summary in the status is refreshed at most this often while the process runs.
-pub const OUTPUT_REFRESH: Duration = Duration::from_secs(5);
+/// The output summary in the status is refreshed at most this often while the process runs:
+/// each refresh is an etcd write (docs/writes.md).
+pub const OUTPUT_REFRESH: Duration = Duration::from_secs(30);
 /// A delete whose process cannot be stopped (agent unreachable, node still there) is let go
 /// after this long, so objects never hang in deletion.
 pub const CLEANUP_GIVE_UP: Duration = Duration::from_secs(120);

@@ -16,6 +16,9 @@ struct Entry {
     final_written: bool,
     /// We wrote a status saying the process started, which the cache may not show yet.
     start_written: bool,
+    /// A process whose first started status is held back (`status::plan`): the next look reads
+    /// the agent's record on its node instead of starting again, and writes what it finds.
+    held_start: Option<HeldStart>,
     /// The pod (uid) the first start request was sent for. The object is bound to it from that
     /// moment, before any status saying so can be read back: a copy from the cache that predates
     /// our writes, with the pod meanwhile re-created under its name on another node, must never
@@ -24,6 +27,12 @@ struct Entry {
     /// Digest of the last status the API server refused for its content: the same status is
     /// written withheld at once rather than refused again.
     refused: Option<u64>,
+}
+
+struct HeldStart {
+    node: String,
+    since: Instant,
+    running: bool,
 }
 
 /// What a reconcile may do with its copy of the object.
@@ -101,6 +110,27 @@ impl Memo {
         } else {
             CachedCopy::Current
         }
+    }
+
+    /// The first started status of a process started on `node` is held back; `running`: the
+    /// agent says it runs (no longer launching).
+    pub fn hold_start(&self, uid: &str, node: &str, running: bool) {
+        self.with(uid, |e| {
+            let h = e.held_start.get_or_insert_with(|| HeldStart {
+                node: node.to_string(),
+                since: Instant::now(),
+                running: false,
+            });
+            h.running |= running;
+        });
+    }
+
+    /// The node of a process whose first started status is held back, how long it has been,
+    /// and whether it was held while the process ran.
+    pub fn held_start(&self, uid: &str) -> Option<(String, Duration, bool)> {
+        let e = self.entries.lock().unwrap();
+        let h = e.get(uid)?.held_start.as_ref()?;
+        Some((h.node.clone(), h.since.elapsed(), h.running))
     }
 
     /// A status saying the process started was written.
@@ -224,7 +254,17 @@ mod tests {
         assert_eq!((m.failed("u"), m.failed("u")), (1, 2));
         m.succeeded("u");
         assert_eq!(m.failed("u"), 1);
+        assert_eq!(m.held_start("u"), None);
+        m.hold_start("u", "node-1", false);
+        m.hold_start("u", "node-2", true);
+        let (node, _, running) = m.held_start("u").unwrap();
+        assert_eq!(
+            (node.as_str(), running),
+            ("node-1", true),
+            "the first hold's node"
+        );
         m.ended("u");
+        assert_eq!(m.held_start("u"), None);
         assert_eq!(m.output_due("u", Duration::from_secs(60)), None);
         assert_eq!(m.failed("u"), 1, "the count starts again after the end");
         m.gone("u");

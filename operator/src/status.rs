@@ -103,7 +103,7 @@ pub struct Facts<'a> {
     pub now: Time,
     /// How long the agent may be unreachable before the status says so.
     pub agent_grace: Duration,
-    /// The output summary may be refreshed now (at most every 5 s while running).
+    /// The output summary may be refreshed now (at most every `OUTPUT_REFRESH` while running).
     pub output_due: bool,
 }
 
@@ -364,6 +364,7 @@ fn elapsed(since: &Time, now: &Time) -> Duration {
 
 mod conditions;
 mod not_started;
+mod plan;
 mod record;
 mod withheld;
 
@@ -371,6 +372,7 @@ use conditions::*;
 pub use conditions::{transitions, Note};
 use not_started::*;
 pub use not_started::{start_deadline_left, start_refusal};
+pub use plan::{plan, refreshes, with_output, Held, Write, LAUNCH_HOLD, START_SETTLE};
 use record::*;
 pub use withheld::{printable, refuses_content, withheld};
 

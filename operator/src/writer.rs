@@ -27,7 +27,9 @@ pub async fn write(
 ) -> Result<(), Error> {
     let uid = obj.uid().unwrap_or_default();
     write_changed(ctx, api, obj, prev, next).await?;
-    if next.output != prev.output {
+    if status::refreshes(prev, next) {
+        // Usage or the process count alone is a refresh too, or a busy process without output
+        // would have its usage written at every sample.
         ctx.memo.output_written(&uid);
     }
     for note in status::transitions(prev, next) {

@@ -62,17 +62,17 @@ pub struct SandboxProcessStatus {
     /// Set when `phase` is `Error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ProcessError>,
-    /// Output counters and the last ≤ 2 KiB (refreshed at most every 5 s while running).
+    /// Output counters and the last ≤ 2 KiB (refreshed at most every 30 s while running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputStatus>,
     /// `true` while the process itself has exited but processes it started still run: the
     /// object stays `Running` until the whole tree has ended, then `exit` is the root's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub root_exited: bool,
-    /// Processes of this tree still running (its cgroup's members; refreshed at most every 5 s).
+    /// Processes of this tree still running (its cgroup's members; refreshed at most every 30 s, and when the root exits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<i32>,
-    /// What the tree used (from its cgroup; refreshed at most every 5 s, final at the end).
+    /// What the tree used (from its cgroup; refreshed at most every 30 s, final at the end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageStatus>,
     /// The output line that satisfied a `logMatch` readiness, and the log cursor just after it

@@ -51,9 +51,10 @@ async fn no_status_writes_while_nothing_changes() {
         .await?;
         t.until_field("quiet", "/status/phase", "Running", 60)
             .await?;
-        // The tree's first usage sample (taken 5 s after the start) is a change; after it, a
-        // sleeping process's usage stays the same.
-        t.until("quiet", 20, "have a usage sample", |o| {
+        // The tree's first usage sample (taken 5 s after the start) is a change, written with
+        // the next output refresh (30 s after the Running status); after it, a sleeping
+        // process's usage stays the same.
+        t.until("quiet", 45, "have a usage sample", |o| {
             !field(o, "/status/usage/memoryPeakBytes").is_empty()
         })
         .await?;

@@ -120,8 +120,19 @@ pub(super) fn ready(s: &SandboxProcessStatus) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-/// The Events that the change from `prev` to `next` announces.
+/// The Events that the change from `prev` to `next` announces. A process that ends before any
+/// status said it started (a short process: its final status is its only status write) gets
+/// only its Warnings: its Normal Events (Started, Exited, ...) would be API writes that tell
+/// nothing its status does not (docs/writes.md).
 pub fn transitions(prev: &SandboxProcessStatus, next: &SandboxProcessStatus) -> Vec<Note> {
+    let mut notes = all_transitions(prev, next);
+    if !prev.is_started() && is_final(next) {
+        notes.retain(|n| n.warning);
+    }
+    notes
+}
+
+fn all_transitions(prev: &SandboxProcessStatus, next: &SandboxProcessStatus) -> Vec<Note> {
     let mut notes = Vec::new();
     let note = |warning, reason, message: String| Note {
         warning,
@@ -143,7 +154,9 @@ pub fn transitions(prev: &SandboxProcessStatus, next: &SandboxProcessStatus) -> 
         ));
     }
     let now_ready = next.phase == Some(Phase::Running) && ready(next);
-    if now_ready && !ready(prev) {
+    // Ready in the status that first shows the process started (no readiness check) is said by
+    // Started: a second Event would be a second write for it.
+    if now_ready && !ready(prev) && prev.is_started() {
         notes.push(note(false, "Ready", "the process is ready".into()));
     }
     let was_final = is_final(prev);

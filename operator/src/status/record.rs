@@ -74,6 +74,9 @@ pub(super) fn from_record(
 /// a container's `CrashLoopBackOff`).
 pub const BACK_OFF: &str = "BackOff";
 
+/// The reason of `Ready=False` while the agent launches the process (its record: Starting).
+pub const LAUNCHING: &str = "Starting";
+
 /// A live process: `Running`, ready or not (yet).
 fn running(mut s: SandboxProcessStatus, r: &ProcessRecord) -> (SandboxProcessStatus, Outcome) {
     s.phase = Some(Phase::Running);
@@ -103,7 +106,7 @@ fn running(mut s: SandboxProcessStatus, r: &ProcessRecord) -> (SandboxProcessSta
         }
     } else if r.phase == wire::Phase::Starting {
         Outcome::NotReady {
-            reason: "Starting".into(),
+            reason: LAUNCHING.into(),
             message: "the process is being started".into(),
         }
     } else {

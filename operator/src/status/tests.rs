@@ -1123,7 +1123,11 @@ fn events_announce_each_transition_once() {
     let mut r = record(wire::Phase::Running);
     let running = Case::new().prev(pending.clone()).record(r.clone()).run();
     assert_eq!(names(&transitions(&pending, &running)), ["Started"]);
+    // Ready at the first status that shows it started: Started says it.
     r.ready = true;
+    let at_once = Case::new().prev(pending.clone()).record(r.clone()).run();
+    assert_eq!(conds(&at_once)[0], c("True", "Ready"));
+    assert_eq!(names(&transitions(&pending, &at_once)), ["Started"]);
     let ready = Case::new().prev(running.clone()).record(r.clone()).run();
     assert_eq!(names(&transitions(&running, &ready)), ["Ready"]);
     assert!(transitions(&ready, &ready).is_empty());
@@ -1165,12 +1169,18 @@ fn events_announce_each_transition_once() {
         notes[0].message,
         "exited with code 0 before it was ever ready"
     );
-    // Started and ended between two looks: both announced.
+    // Started and ended before any status said it started: only a failure is announced (the
+    // status, one write, says the rest).
     let quick = Case::new()
         .prev(pending.clone())
         .record(exited(0, None, wire::EndReason::Exited))
         .run();
-    assert_eq!(names(&transitions(&pending, &quick)), ["Started", "Exited"]);
+    assert!(transitions(&pending, &quick).is_empty());
+    let quick_failure = Case::new()
+        .prev(pending.clone())
+        .record(exited(3, None, wire::EndReason::Exited))
+        .run();
+    assert_eq!(names(&transitions(&pending, &quick_failure)), ["Failed"]);
     // Agent lost: one warning, none while it stays lost.
     let lost = Case::new()
         .prev(ready.clone())
@@ -1284,4 +1294,197 @@ fn the_pod_first_seen_is_the_only_target() {
         })
         .run();
     assert_eq!(s.target_pod_uid.as_deref(), Some("pod-3"));
+}
+
+/// What the write-plan simulation's output refresh interval is (`context::OUTPUT_REFRESH`,
+/// pinned in apply.rs's tests).
+const REFRESH: i64 = 30;
+
+/// The API writes that a process's looks cause after its create and finalizer, made as a
+/// reconcile makes them: `compute`, `plan`, and for a written status its `transitions`' Events.
+/// Each look is (second, the agent's record); the output may be refreshed once `REFRESH` has
+/// passed since it was last written.
+fn write_plan(readiness: bool, looks: &[(i64, ProcessRecord)]) -> Vec<String> {
+    let (mut stored, mut held) = (SandboxProcessStatus::default(), None::<(i64, Held)>);
+    let (mut output_at, mut writes) = (None::<i64>, Vec::new());
+    for (at, r) in looks {
+        let mut case = Case::new().prev(stored.clone()).record(r.clone()).at(*at);
+        if readiness {
+            case = case.readiness();
+        }
+        case.output_due = output_at.is_none_or(|t| at - t >= REFRESH);
+        let plain = case.run();
+        case.output_due = true;
+        let full = (plain != case.run()).then(|| case.run());
+        let next = with_output(&stored, plain, full);
+        let so_far = held.map(|(since, h)| Held {
+            for_: Duration::from_secs((at - since) as u64),
+            ..h
+        });
+        match plan(&stored, &next, so_far) {
+            Write::Nothing => {}
+            Write::Hold { settling, .. } => {
+                let (since, mut h) = held.unwrap_or((
+                    *at,
+                    Held {
+                        for_: Duration::ZERO,
+                        running: false,
+                    },
+                ));
+                h.running |= settling;
+                held = Some((since, h));
+            }
+            Write::Status => {
+                writes.push(format!("status {:?}", next.phase.unwrap()));
+                let events = transitions(&stored, &next);
+                writes.extend(events.iter().map(|n| format!("event {}", n.reason)));
+                if refreshes(&stored, &next) {
+                    output_at = Some(*at);
+                }
+                stored = next;
+            }
+        }
+    }
+    writes
+}
+
+/// A running record whose output has grown to `bytes`.
+fn printing(bytes: u64) -> ProcessRecord {
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    r.output.stdout_bytes = bytes;
+    r.output.tail = format!("{bytes} bytes\n");
+    r
+}
+
+#[test]
+fn write_plan_per_shape() {
+    let running = || printing(3);
+    let ok = || exited(0, None, wire::EndReason::Exited);
+    let launching = || {
+        let mut r = record(wire::Phase::Starting);
+        r.pid = None;
+        r
+    };
+    // Long, printing every 10 s for 100 s: the output reaches the status at most every 30 s.
+    // (Each second look at 1 s is the one after the settle time.)
+    let mut printer: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (1, printing(1))];
+    printer.extend((1..=10).map(|k| (k * 10, printing(k as u64 + 1))));
+    printer.push((101, ok()));
+    // Busy without output: a usage sample every 5 s is refreshed at most every 30 s too.
+    let busy = |k: u64| {
+        let mut r = printing(1);
+        r.usage = Some(wire::Usage {
+            memory_peak_bytes: 1 << 20,
+            cpu_nanos: k * 1_000_000_000,
+        });
+        r
+    };
+    let mut busy_looks: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (1, printing(1))];
+    busy_looks.extend((1..=13).map(|k| (k * 5, busy(k as u64))));
+    busy_looks.push((66, ok()));
+    // With a readiness check passing at 10 s: its write carries the output of then.
+    let mut probed = vec![(0, printing(1)), (1, printing(1))];
+    let mut ready = printing(2);
+    ready.ready = true;
+    probed.extend([(10, ready.clone()), (20, ready.clone()), (50, ready)]);
+    for (_, r) in &mut probed[..2] {
+        r.ready = false;
+    }
+    type Looks = Vec<(i64, ProcessRecord)>;
+    let cases: Vec<(&str, Looks, &[&str])> = vec![
+        (
+            "short: ended before the first look",
+            vec![(0, ok())],
+            &["status Exited"],
+        ),
+        (
+            "short: ended within the settle time (the Running status is held back once)",
+            vec![(0, running()), (0, ok())],
+            &["status Exited"],
+        ),
+        (
+            "short: looked at again within the settle time, then ended",
+            vec![(0, running()), (0, printing(9)), (0, ok())],
+            &["status Exited"],
+        ),
+        (
+            "short: launched, then ended within the settle time",
+            vec![(0, launching()), (0, running()), (0, ok())],
+            &["status Exited"],
+        ),
+        (
+            "slow launch: shown once LAUNCH_HOLD has passed",
+            vec![
+                (0, launching()),
+                (3, launching()),
+                (4, running()),
+                (60, ok()),
+            ],
+            &[
+                "status Running",
+                "event Started",
+                "status Running",
+                "event Ready",
+                "status Exited",
+                "event Exited",
+            ],
+        ),
+        (
+            "long, busy without output: usage refreshed at most every 30 s",
+            busy_looks,
+            &[
+                "status Running",
+                "event Started",
+                "status Running",
+                "status Running",
+                "status Exited",
+                "event Exited",
+            ],
+        ),
+        (
+            "short failure: its Warning stays",
+            vec![
+                (0, running()),
+                (0, exited(3, None, wire::EndReason::Exited)),
+            ],
+            &["status Exited", "event Failed"],
+        ),
+        (
+            "long and quiet: Running after the settle time, no write while nothing changes",
+            vec![(0, running()), (1, running()), (60, running()), (300, ok())],
+            &[
+                "status Running",
+                "event Started",
+                "status Exited",
+                "event Exited",
+            ],
+        ),
+        (
+            "long, printing: one output refresh per 30 s",
+            printer,
+            &[
+                "status Running",
+                "event Started",
+                "status Running",
+                "status Running",
+                "status Running",
+                "status Exited",
+                "event Exited",
+            ],
+        ),
+    ];
+    for (shape, looks, want) in cases {
+        assert_eq!(write_plan(false, &looks), want, "{shape}");
+    }
+    // Readiness passing at 10 s with new output: one write for both; nothing new until 50 s.
+    assert_eq!(
+        write_plan(true, &probed),
+        [
+            "status Running",
+            "event Started",
+            "status Running",
+            "event Ready"
+        ]
+    );
 }
