@@ -136,3 +136,19 @@ readOnlyRootFilesystem: true
     type: Directory
     {{- end }}
 {{- end -}}
+
+{{/* The job labels the ServiceMonitor and PodMonitor give their targets, and the PromQL label
+     matchers the alerts select the operator's and the agents' series by (the release namespace
+     too: the Lease is cluster-wide, but a Prometheus may watch several clusters' releases). */}}
+{{- define "spo.metrics.operatorJob" -}}
+{{ include "spo.fullname" . }}-operator
+{{- end -}}
+{{- define "spo.metrics.agentJob" -}}
+{{ include "spo.fullname" . }}-agent
+{{- end -}}
+{{- define "spo.metrics.operatorSelector" -}}
+{{- .Values.metrics.prometheusRule.operatorSelector | default (printf "job=%q,namespace=%q" (include "spo.metrics.operatorJob" .) .Release.Namespace) -}}
+{{- end -}}
+{{- define "spo.metrics.agentSelector" -}}
+{{- .Values.metrics.prometheusRule.agentSelector | default (printf "job=%q,namespace=%q" (include "spo.metrics.agentJob" .) .Release.Namespace) -}}
+{{- end -}}
