@@ -24,6 +24,9 @@ REGISTRY_PORT=5123
 # cert-manager's CRDs (from its Go module: its controller's own modules are not served to us, so
 # e2e/certs checks the chart's cert-manager resources against the CRDs, server-side, not a run).
 CERT_MANAGER_VERSION=v1.21.2
+# The Prometheus Operator's CRDs (from its Go module), which the chart's ServiceMonitor, PodMonitor
+# and PrometheusRule are checked against (deploy/prometheus/test).
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 # The Python client's dependencies in e2e/clients' virtualenv (the official Kubernetes client,
 # pytest, mypy for its type hints).
 PY_KUBERNETES_VERSION=37.0.2
