@@ -137,18 +137,18 @@ readOnlyRootFilesystem: true
     {{- end }}
 {{- end -}}
 
-{{/* The job labels the ServiceMonitor and PodMonitor give their targets, and the PromQL label
-     matchers the alerts select the operator's and the agents' series by (the release namespace
-     too: the Lease is cluster-wide, but a Prometheus may watch several clusters' releases). */}}
+{{/* The job labels the Prometheus Operator gives the targets of the chart's monitors (a
+     ServiceMonitor's: the Service's name; a PodMonitor's: <its namespace>/<its name>), and the
+     PromQL label matchers the alerts select the operator's and the agents' series by. */}}
 {{- define "spo.metrics.operatorJob" -}}
-{{ include "spo.fullname" . }}-operator
+{{ include "spo.fullname" . }}-operator-metrics
 {{- end -}}
 {{- define "spo.metrics.agentJob" -}}
-{{ include "spo.fullname" . }}-agent
+{{ .Values.metrics.serviceMonitor.namespace | default .Release.Namespace }}/{{ include "spo.fullname" . }}-agent
 {{- end -}}
 {{- define "spo.metrics.operatorSelector" -}}
-{{- .Values.metrics.prometheusRule.operatorSelector | default (printf "job=%q,namespace=%q" (include "spo.metrics.operatorJob" .) .Release.Namespace) -}}
+{{- .Values.metrics.prometheusRule.operatorSelector | default (printf "job=%q" (include "spo.metrics.operatorJob" .)) -}}
 {{- end -}}
 {{- define "spo.metrics.agentSelector" -}}
-{{- .Values.metrics.prometheusRule.agentSelector | default (printf "job=%q,namespace=%q" (include "spo.metrics.agentJob" .) .Release.Namespace) -}}
+{{- .Values.metrics.prometheusRule.agentSelector | default (printf "job=%q" (include "spo.metrics.agentJob" .)) -}}
 {{- end -}}
