@@ -38,6 +38,7 @@ check_host() {
   need mount mount
   need nsenter util-linux
   need gcc gcc
+  need promtool prometheus
   [ -x "$RUNC" ] || miss "$RUNC (install: apt-get install runc)"
   if [ ! -x /bin/busybox ] || ! file_is_static /bin/busybox; then miss "static /bin/busybox for the workload image (install: apt-get install busybox-static)"; fi
   command -v go >/dev/null 2>&1 || miss "go toolchain to build the cluster from the Go module proxy (install Go >= 1.24 and put it on PATH)"

@@ -16,12 +16,17 @@ KUBE_ROUTER_DEP_BUMPS="golang.org/x/net@v0.63.0 golang.org/x/crypto@v0.59.0 goog
 # docker-registry and skopeo (e2e/release: a real registry on 127.0.0.1, images pushed to it), ipset
 # (kube-router's NetworkPolicy sets).
 # tmux and bash-completion: e2e/cli completes `kubectl sandbox <TAB>` in an interactive bash.
-HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux mount iproute2 curl tar gcc libc6-dev protobuf-compiler lua5.1 docker-registry skopeo ipset tmux bash-completion"
+# prometheus: promtool, which tests the chart's alert rules and dashboard queries
+# (deploy/prometheus/test); its service is not wanted, only the binaries.
+HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux mount iproute2 curl tar gcc libc6-dev protobuf-compiler lua5.1 docker-registry skopeo ipset tmux bash-completion prometheus"
 # The registry e2e/release runs on 127.0.0.1 (plain HTTP; the cluster's containerd is told so).
 REGISTRY_PORT=5123
 # cert-manager's CRDs (from its Go module: its controller's own modules are not served to us, so
 # e2e/certs checks the chart's cert-manager resources against the CRDs, server-side, not a run).
 CERT_MANAGER_VERSION=v1.21.2
+# The Prometheus Operator's CRDs (from its Go module), which the chart's ServiceMonitor, PodMonitor
+# and PrometheusRule are checked against (deploy/prometheus/test).
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 # The Python client's dependencies in e2e/clients' virtualenv (the official Kubernetes client,
 # pytest, mypy for its type hints).
 PY_KUBERNETES_VERSION=37.0.2

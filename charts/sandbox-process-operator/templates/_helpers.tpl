@@ -136,3 +136,19 @@ readOnlyRootFilesystem: true
     type: Directory
     {{- end }}
 {{- end -}}
+
+{{/* The job labels the Prometheus Operator gives the targets of the chart's monitors (a
+     ServiceMonitor's: the Service's name; a PodMonitor's: <its namespace>/<its name>), and the
+     PromQL label matchers the alerts select the operator's and the agents' series by. */}}
+{{- define "spo.metrics.operatorJob" -}}
+{{ include "spo.fullname" . }}-operator-metrics
+{{- end -}}
+{{- define "spo.metrics.agentJob" -}}
+{{ .Values.metrics.serviceMonitor.namespace | default .Release.Namespace }}/{{ include "spo.fullname" . }}-agent
+{{- end -}}
+{{- define "spo.metrics.operatorSelector" -}}
+{{- .Values.metrics.prometheusRule.operatorSelector | default (printf "job=%q" (include "spo.metrics.operatorJob" .)) -}}
+{{- end -}}
+{{- define "spo.metrics.agentSelector" -}}
+{{- .Values.metrics.prometheusRule.agentSelector | default (printf "job=%q" (include "spo.metrics.agentJob" .)) -}}
+{{- end -}}
