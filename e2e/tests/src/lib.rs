@@ -38,7 +38,13 @@ pub fn node1() -> String {
     std::env::var("SPO_NODE1").unwrap_or_else(|_| "spo-e2e".into())
 }
 
-/// The repository's root (for the fault hooks under e2e/).
+/// The repository's root (for the fault hooks under e2e/, the chart). From the run's own
+/// CARGO_MANIFEST_DIR (cargo sets it when it runs a test): the compile-time one is where the
+/// binary was first built, and a target dir shared by several clones (CI's cache) may hold a
+/// binary built from another clone, whose scripts and chart differ.
 pub fn repo_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    dir.join("../..")
 }

@@ -16,7 +16,7 @@ const OPERATOR_JOB: &str = "sandbox-process-operator-operator-metrics";
 const AGENT_JOB: &str = "sandbox-system/sandbox-process-operator-agent";
 
 fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/sandbox-process-operator")
+    sandbox_e2e::repo_root().join("charts/sandbox-process-operator")
 }
 
 /// `ip:port` of each pod's container port named `metrics`.
@@ -50,6 +50,8 @@ async fn rules_file(dir: &Path) -> Result<PathBuf> {
             chart.to_str().unwrap(),
             "-n",
             release::NAMESPACE,
+            "--kube-version",
+            "1.34.4",
             "--set",
             "metrics.prometheusRule.enabled=true",
         ],
