@@ -1357,6 +1357,45 @@ fn printing(bytes: u64) -> ProcessRecord {
     r
 }
 
+type Looks = Vec<(i64, ProcessRecord)>;
+
+/// Long, printing every 10 s for 100 s: the output reaches the status at most every 30 s.
+/// (Each second look at 1 s is the one after the settle time.)
+fn printer_looks() -> Looks {
+    let mut printer: Looks = vec![(0, printing(1)), (1, printing(1))];
+    printer.extend((1..=10).map(|k| (k * 10, printing(k as u64 + 1))));
+    printer.push((101, exited(0, None, wire::EndReason::Exited)));
+    printer
+}
+
+/// Busy without output: a usage sample every 5 s is refreshed at most every 30 s too.
+fn busy_looks() -> Looks {
+    let busy = |k: u64| {
+        let mut r = printing(1);
+        r.usage = Some(wire::Usage {
+            memory_peak_bytes: 1 << 20,
+            cpu_nanos: k * 1_000_000_000,
+        });
+        r
+    };
+    let mut looks: Looks = vec![(0, printing(1)), (1, printing(1))];
+    looks.extend((1..=13).map(|k| (k * 5, busy(k as u64))));
+    looks.push((66, exited(0, None, wire::EndReason::Exited)));
+    looks
+}
+
+/// With a readiness check passing at 10 s: its write carries the output of then.
+fn probed_looks() -> Looks {
+    let mut probed = vec![(0, printing(1)), (1, printing(1))];
+    let mut ready = printing(2);
+    ready.ready = true;
+    probed.extend([(10, ready.clone()), (20, ready.clone()), (50, ready)]);
+    for (_, r) in &mut probed[..2] {
+        r.ready = false;
+    }
+    probed
+}
+
 #[test]
 fn write_plan_per_shape() {
     let running = || printing(3);
@@ -1366,32 +1405,7 @@ fn write_plan_per_shape() {
         r.pid = None;
         r
     };
-    // Long, printing every 10 s for 100 s: the output reaches the status at most every 30 s.
-    // (Each second look at 1 s is the one after the settle time.)
-    let mut printer: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (1, printing(1))];
-    printer.extend((1..=10).map(|k| (k * 10, printing(k as u64 + 1))));
-    printer.push((101, ok()));
-    // Busy without output: a usage sample every 5 s is refreshed at most every 30 s too.
-    let busy = |k: u64| {
-        let mut r = printing(1);
-        r.usage = Some(wire::Usage {
-            memory_peak_bytes: 1 << 20,
-            cpu_nanos: k * 1_000_000_000,
-        });
-        r
-    };
-    let mut busy_looks: Vec<(i64, ProcessRecord)> = vec![(0, printing(1)), (1, printing(1))];
-    busy_looks.extend((1..=13).map(|k| (k * 5, busy(k as u64))));
-    busy_looks.push((66, ok()));
-    // With a readiness check passing at 10 s: its write carries the output of then.
-    let mut probed = vec![(0, printing(1)), (1, printing(1))];
-    let mut ready = printing(2);
-    ready.ready = true;
-    probed.extend([(10, ready.clone()), (20, ready.clone()), (50, ready)]);
-    for (_, r) in &mut probed[..2] {
-        r.ready = false;
-    }
-    type Looks = Vec<(i64, ProcessRecord)>;
+    let (printer, busy_looks) = (printer_looks(), busy_looks());
     let cases: Vec<(&str, Looks, &[&str])> = vec![
         (
             "short: ended before the first look",
@@ -1477,9 +1491,13 @@ fn write_plan_per_shape() {
     for (shape, looks, want) in cases {
         assert_eq!(write_plan(false, &looks), want, "{shape}");
     }
+}
+
+#[test]
+fn write_plan_with_a_readiness_check() {
     // Readiness passing at 10 s with new output: one write for both; nothing new until 50 s.
     assert_eq!(
-        write_plan(true, &probed),
+        write_plan(true, &probed_looks()),
         [
             "status Running",
             "event Started",
