@@ -165,6 +165,9 @@ for r in json.load(sys.stdin):
     helm uninstall "$name" -n "$ns" --wait --timeout 2m >/dev/null 2>&1 ||
       refuse "helm uninstall $name -n $ns failed; remove the release by hand"
   done <<<"$rels"
+  # A failed `helm test` keeps its pod (and its rights) for its log; Helm never removes hooks.
+  kubectl delete pod,serviceaccount,role,rolebinding -A -l "$SPO_CHART_LABEL,app.kubernetes.io/component=test" \
+    --ignore-not-found --wait=false >/dev/null 2>&1 || true
   kubectl wait --for=delete pods -A -l "$SPO_CHART_LABEL" --timeout=120s >/dev/null 2>&1 || true
   [ -z "$(kubectl get pods -A -l "$SPO_CHART_LABEL" -o name 2>/dev/null)" ] ||
     refuse "operator/agent pods are still running: kubectl get pods -A -l $SPO_CHART_LABEL"

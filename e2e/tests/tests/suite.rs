@@ -1418,7 +1418,8 @@ async fn resize_is_for_edit_not_view_and_names_a_missing_tty_or_a_bad_size() {
 }
 
 /// `helm test` of the deployed release: the chart's test pod runs one SandboxProcess in itself
-/// through the operator, the agent and the admission policy, and passes; its log says so.
+/// through the operator, the agent and the admission policy, and passes (it exits 0 only when
+/// the process ended Exited 0 with its output and was deleted); a passed test leaves nothing.
 #[tokio::test]
 #[ignore = "needs the test cluster: run by e2e/suite"]
 async fn helm_test_runs_one_sandbox_process_end_to_end() {
@@ -1427,7 +1428,8 @@ async fn helm_test_runs_one_sandbox_process_end_to_end() {
         let test = ["test", release, "-n", release::NAMESPACE, "--timeout", "3m"];
         let out = cmd::run("helm", &test, None, Duration::from_secs(240)).await?;
         let pod = format!("{release}-test");
-        let log = cmd::kubectl(&["-n", release::NAMESPACE, "logs", &pod])
+        let ns = release::NAMESPACE;
+        let log = cmd::kubectl(&["-n", ns, "logs", &pod])
             .await
             .unwrap_or_default();
         ensure!(
@@ -1436,8 +1438,23 @@ async fn helm_test_runs_one_sandbox_process_end_to_end() {
             out.stdout,
             out.stderr
         );
-        ensure!(log.contains("ok: SandboxProcess"), "test pod log: {log}");
-        println!("note: {}", log.trim());
+        // Nothing of a passed test is left (Helm would not remove it on uninstall).
+        let left = cmd::kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "pod,serviceaccount,role,rolebinding",
+            "-o",
+            "name",
+            "-l",
+            "app.kubernetes.io/component=test",
+        ])
+        .await?;
+        ensure!(
+            left.trim().is_empty(),
+            "left after a passed helm test: {left}"
+        );
+        println!("note: helm test passed; nothing left");
         Ok(())
     })
     .await;
