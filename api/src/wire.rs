@@ -622,6 +622,19 @@ pub struct LogQuery {
     pub previous: bool,
 }
 
+impl LogQuery {
+    /// The one rule of a log query the operator and the agent both enforce: the previous run's
+    /// output has ended, so `previous` takes no `follow` or `since`.
+    pub fn check(&self) -> Result<(), String> {
+        if self.previous && (self.follow || self.since.is_some()) {
+            return Err(
+                "previous: not with follow or since (the previous run's output has ended)".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A log stream that has sent nothing for this long sends an empty line (a keepalive). Every
 /// reader skips empty lines (NDJSON), so readers that predate it are not affected.
 pub const LOG_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -711,6 +724,25 @@ mod tests {
                 status: StatusRange { min: 200, max: 399 }
             }
         );
+    }
+
+    #[test]
+    fn previous_takes_no_follow_or_since() {
+        let q = |previous, follow, since: Option<&str>| LogQuery {
+            since: since.map(str::to_string),
+            follow,
+            max_bytes: None,
+            stream: None,
+            previous,
+        };
+        assert_eq!(q(true, false, None).check(), Ok(()));
+        assert_eq!(q(false, true, Some("c1.1.0")).check(), Ok(()));
+        for bad in [q(true, true, None), q(true, false, Some("c1.1.0"))] {
+            assert!(
+                bad.check().unwrap_err().starts_with("previous: "),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::fmt;
 use std::ops::{Deref, RangeInclusive};
 
 use crate::wire::{
-    self, ErrorCode, ProbeKind, SecurityContext, StartRequest, MAX_ID, MAX_SECONDS,
+    self, ErrorCode, ProbeKind, RestartPolicy, SecurityContext, StartRequest, MAX_ID, MAX_SECONDS,
     MAX_SUPPLEMENTAL_GROUPS,
 };
 
@@ -132,14 +132,19 @@ pub(crate) fn process(req: &StartRequest) -> Result<(), Violation> {
     if let Some(sc) = &req.security_context {
         security_context(sc)?;
     }
-    if !req.restart_policy.is_never() && req.stdin {
+    restart(req.restart_policy, req.stdin)
+}
+
+/// Input is one stream of offsets for one run: a process that restarts takes none (`input`:
+/// stdin or a terminal). The one rule, used by the start request's check and the clients.
+pub fn restart(policy: RestartPolicy, input: bool) -> Result<(), Violation> {
+    if !policy.is_never() && input {
         return Err(Violation::new("restartPolicy", RESTART_WITH_STDIN));
     }
     Ok(())
 }
 
-/// Input is one stream of offsets for one run: a process that restarts takes none. The message
-/// of both enforcers (this and the CRD's CEL rule).
+/// The message of every enforcer of [`restart`] (the CRD's CEL rule too).
 pub const RESTART_WITH_STDIN: &str = "restartPolicy must be Never with stdin or tty";
 
 /// A user or group id: 0 to [`MAX_ID`].
@@ -378,7 +383,6 @@ fn readiness(r: &wire::Readiness) -> Result<(), Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::RestartPolicy;
 
     fn req(command: &[&str]) -> StartRequest {
         StartRequest {

@@ -338,11 +338,7 @@ fn log_span(
         let start = q.since.as_deref().map(decode).transpose()?;
         return Ok((start.unwrap_or_default(), None));
     }
-    if q.follow || q.since.is_some() {
-        return Err(AgentError::InvalidRequest(
-            "previous: not with follow or since (the previous run's output has ended)".into(),
-        ));
-    }
+    q.check().map_err(AgentError::InvalidRequest)?;
     let Some(last) = &rec.last_exit else {
         return Err(AgentError::InvalidRequest(format!(
             "previous: process {} has no previous run (restartCount {})",

@@ -68,9 +68,8 @@ impl Supervisor {
         let until_nanos = now.saturating_add(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
         self.rec.backoff_until = Some(rfc3339(until_nanos));
         self.rec.phase = Phase::Running;
-        for r in [&mut self.rec.ready, &mut self.rec.readiness_timed_out] {
-            *r = false;
-        }
+        self.rec.ready = false;
+        self.rec.readiness_timed_out = false;
         self.rec.ready_at = None;
         self.rec.log_match = None;
         self.rec.pid = None;

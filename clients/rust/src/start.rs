@@ -3,8 +3,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sandbox_api::crd::{
-    EnvVar, ReadinessSpec, RestartPolicy, SandboxProcessSpec, SecurityContextSpec, API_VERSION,
-    KIND,
+    EnvVar, ReadinessSpec, RestartPolicy, SecurityContextSpec, API_VERSION, KIND,
 };
 use sandbox_api::wire::MAX_SUPPLEMENTAL_GROUPS;
 use serde_json::{json, Value};
@@ -301,13 +300,11 @@ fn security_context(sc: &SecurityContextSpec) -> Result<Value> {
     Ok(serde_json::to_value(sc).expect("securityContext serializes"))
 }
 
-/// `spec.restartPolicy`, checked by the API's own rule (`sandbox_api::spec_rules`, the one the
-/// operator and the CRD enforce): a process that restarts takes no input.
+/// `spec.restartPolicy`, checked by the API's own rule (the one the operator, the agent and the
+/// CRD enforce): a process that restarts takes no input.
 fn restart_policy(p: RestartPolicy, stdin: bool, tty: bool) -> Result<Value> {
-    let only = json!({"podName": "p", "command": ["x"], "stdin": stdin, "tty": tty,
-                      "restartPolicy": p});
-    let spec: SandboxProcessSpec = serde_json::from_value(only).expect("a spec of these fields");
-    sandbox_api::spec_rules::spec(&spec).map_err(|v| Error::invalid(&v.field, v.message))?;
+    sandbox_api::wire_rules::restart(p, stdin || tty)
+        .map_err(|v| Error::invalid(&v.field, v.message))?;
     Ok(p.as_str().into())
 }
 

@@ -49,24 +49,21 @@ impl LogParams {
         let follow = flag("follow", self.follow.as_deref())?;
         let previous = flag("previous", self.previous.as_deref())?;
         let since = self.since.filter(|s| !s.is_empty());
-        if previous && (follow || since.is_some()) {
-            return Err(SubresourceError::BadRequest(
-                "previous: not with follow or since (the previous run's output has ended)".into(),
-            ));
-        }
         let max_bytes = match self.max_bytes.as_deref() {
             None => None,
             Some(v) => Some(v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
                 SubresourceError::BadRequest(format!("maxBytes: {v:?} is not a positive integer"))
             })?),
         };
-        Ok(LogQuery {
+        let q = LogQuery {
             since,
             follow,
             max_bytes,
             stream: parse_stream(self.stream.as_deref())?,
             previous,
-        })
+        };
+        q.check().map_err(SubresourceError::BadRequest)?;
+        Ok(q)
     }
 }
 
