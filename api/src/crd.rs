@@ -23,6 +23,10 @@ pub const VERSION: &str = "v1alpha1";
 pub const API_VERSION: &str = "sandbox.dev/v1alpha1";
 /// `kind` of [`SandboxProcess`].
 pub const KIND: &str = "SandboxProcess";
+/// Finalizer that makes deletion stop and forget the process. The operator adds it before the
+/// first start; the clients send it at create, which spares that write (one of five for a short
+/// process: create, finalizer, status, delete, finalizer removal).
+pub const FINALIZER: &str = "sandbox.dev/process";
 
 pub use crate::wire::MAX_SECONDS;
 pub use crate::wire_rules::{MAX_ARGS, MAX_ARG_LEN, MAX_ENV, MAX_PATH_LEN};

@@ -15,8 +15,7 @@ use crate::agent::Agents;
 use crate::memo::Memo;
 use crate::metrics::Metrics;
 
-/// Finalizer that makes deletion stop and forget the process.
-pub const FINALIZER: &str = "sandbox.dev/process";
+pub use sandbox_api::crd::FINALIZER;
 /// Field manager of the status written with server-side apply.
 pub const FIELD_MANAGER: &str = "sandbox-operator";
 /// The output summary in the status is refreshed at most this often while the process runs:

@@ -372,6 +372,13 @@ def test_conformance_terminal():
             assert e.field == case["error"], (case, e)
 
 
+def test_conformance_create():
+    """the metadata every start sends: the operator's finalizer (clients/conformance/create.json,
+    which the Rust library's unit tests check against sandbox_api::crd::FINALIZER)"""
+    m = _manifest("ns", "n", "w", ["sh"], None, None, None, None, False, None, None, None, None, None)
+    assert m["metadata"]["finalizers"] == _conformance("create.json")["metadata"]["finalizers"]
+
+
 def test_conformance_restart():
     """restartPolicy at start, previous in the log request, restarts in the status: the cases
     the Rust library's unit tests run too (clients/conformance/restart.json)."""

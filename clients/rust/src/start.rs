@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sandbox_api::crd::{
-    EnvVar, ReadinessSpec, RestartPolicy, SecurityContextSpec, API_VERSION, KIND,
+    EnvVar, ReadinessSpec, RestartPolicy, SecurityContextSpec, API_VERSION, FINALIZER, KIND,
 };
 use sandbox_api::wire::MAX_SUPPLEMENTAL_GROUPS;
 use serde_json::{json, Value};
@@ -250,7 +250,8 @@ impl Start {
         if !self.restart_policy.is_never() {
             spec["restartPolicy"] = restart_policy(self.restart_policy, self.stdin, self.tty)?;
         }
-        let mut meta = json!({"name": name, "namespace": namespace});
+        // The operator's finalizer, sent at create: it spares the operator a write per process.
+        let mut meta = json!({"name": name, "namespace": namespace, "finalizers": [FINALIZER]});
         if !self.labels.is_empty() {
             meta["labels"] = serde_json::to_value(&self.labels).expect("labels serialize");
         }
@@ -330,7 +331,7 @@ mod tests {
         assert_eq!(
             m,
             json!({"apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
-                "metadata": {"name": "p1", "namespace": "ns"},
+                "metadata": {"name": "p1", "namespace": "ns", "finalizers": ["sandbox.dev/process"]},
                 "spec": {"podName": "web", "command": ["sh", "-c", "echo hi"]}})
         );
         let s = Start::new("web", ["x"])
@@ -415,6 +416,17 @@ mod tests {
                 (other, _) => panic!("{case}: {other:?}"),
             }
         }
+    }
+
+    /// clients/conformance/create.json: the metadata every start sends (the operator's
+    /// finalizer, which is `sandbox_api::crd::FINALIZER`).
+    #[test]
+    fn conformance_create() {
+        let doc: Value = serde_json::from_str(include_str!("../../conformance/create.json"))
+            .expect("create.json is JSON");
+        let m = Start::new("w", ["sh"]).manifest("ns", "n").unwrap();
+        assert_eq!(m["metadata"]["finalizers"], doc["metadata"]["finalizers"]);
+        assert_eq!(doc["metadata"]["finalizers"], json!([FINALIZER]));
     }
 
     /// clients/conformance/restart.json `start`: the policy sent, or refused naming the field

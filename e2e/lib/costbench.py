@@ -1,0 +1,327 @@
+"""CPU and API cost per process: SandboxProcess vs kubectl exec vs runc exec (e2e/costbench).
+
+Each phase runs N processes of the same command; every counter is read before and after it. A
+component's cost per process is (its delta - its idle rate x the phase's duration) / N.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HZ = os.sysconf("SC_CLK_TCK")
+CPUACCT = "/sys/fs/cgroup/cpuacct"
+HOST = ["kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kubelet",
+        "containerd", "kube-proxy"]
+MUTATING = {"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
+GROUP = "sandbox.dev/v1alpha1"
+FINALIZER = "sandbox.dev/process"  # sandbox_api::crd::FINALIZER
+
+
+def log(*a):
+    print("costbench:", *a, file=sys.stderr, flush=True)
+
+
+def args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--pods", type=int, required=True)
+    p.add_argument("-n", type=int, required=True)
+    p.add_argument("--parallel", type=int, required=True)
+    p.add_argument("--idle", type=float, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--pids", required=True)
+    p.add_argument("--runtime-root", required=True)
+    p.add_argument("--cgroup-parent", required=True)
+    p.add_argument("cmd", nargs="+")
+    return p.parse_args()
+
+
+def kubectl(*a, stdin=None):
+    return subprocess.run(["kubectl", *a], input=stdin, capture_output=True, text=True, check=True).stdout
+
+
+# --- counters --------------------------------------------------------------------------------------
+def proc_cpu(pid, children):
+    """utime+stime (and the reaped children's, if asked) of a process, in seconds"""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    t = int(fields[11]) + int(fields[12])
+    if children:
+        t += int(fields[13]) + int(fields[14])
+    return t / HZ
+
+
+def cgroup_cpu(path):
+    with open(f"{CPUACCT}{path}/cpuacct.usage") as f:
+        return int(f.read()) / 1e9
+
+
+def pod_cgroup_of(pid):
+    """the pod-level cpuacct cgroup (all its containers) of a host pid"""
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            if "cpuacct" in ctrls.split(","):
+                return os.path.dirname(path)
+    raise RuntimeError(f"pid {pid} has no cpuacct cgroup")
+
+
+def find_pid(cmd_prefix):
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    argv0 = f.read().split(b"\0")[0].decode(errors="replace")
+            except OSError:
+                continue
+            if argv0.endswith(cmd_prefix):
+                return int(d)
+    raise RuntimeError(f"no process {cmd_prefix} on this node")
+
+
+def shims():
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/comm") as f:
+                    if f.read().startswith("containerd-shim"):
+                        out.append(int(d))
+            except OSError:
+                pass
+    return out
+
+
+class Counters:
+    """Where each component's CPU is read (fixed for the whole run: a restart fails the run)."""
+
+    def __init__(self, a, pod_uids):
+        self.host = {}
+        for name in HOST:
+            with open(f"{a.pids}/{name}.pid") as f:
+                self.host[name] = int(f.read().split()[0])
+        self.cgroups = {
+            "operator": pod_cgroup_of(find_pid("/sandbox-operator")),
+            "agent": pod_cgroup_of(find_pid("/sandbox-agent")),
+            "supervisors+runc": "/sandbox-supervisors",
+        }
+        self.workload = [g for uid in pod_uids
+                         for g in glob.glob(f"{CPUACCT}{a.cgroup_parent}/kubepods/*/pod{uid}")]
+        if len(self.workload) != len(pod_uids):
+            raise RuntimeError(f"found {len(self.workload)} bench pod cgroups for {len(pod_uids)} pods")
+        self.shims = shims()
+
+    def read(self):
+        c = {name: proc_cpu(pid, children=False) for name, pid in self.host.items()}
+        c["shims (+their runc)"] = sum(proc_cpu(p, children=True) for p in self.shims)
+        for name, path in self.cgroups.items():
+            c[name] = cgroup_cpu(path)
+        c["the command itself"] = sum(cgroup_cpu(g[len(CPUACCT):]) for g in self.workload)
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        c["clients (kubectl, runc run here)"] = ru.ru_utime + ru.ru_stime
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        c["client (this script)"] = me.ru_utime + me.ru_stime
+        return c
+
+
+def api_counts():
+    """mutating requests by verb/resource/subresource, and etcd writes, from the API server"""
+    reqs, etcd = {}, {}
+    for line in kubectl("get", "--raw", "/metrics").splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            if labels.get("verb") in MUTATING or labels.get("verb") == "CONNECT":
+                key = f"{labels['verb']} {labels.get('resource', '')}" + (
+                    f"/{labels['subresource']}" if labels.get("subresource") else "")
+                reqs[key] = reqs.get(key, 0) + float(line.rsplit(" ", 1)[1])
+        elif line.startswith("etcd_requests_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            if labels.get("operation") in ("create", "update", "delete"):
+                etcd[labels.get("type", "")] = etcd.get(labels.get("type", ""), 0) + float(line.rsplit(" ", 1)[1])
+    return reqs, etcd
+
+
+def snapshot(counters):
+    reqs, etcd = api_counts()
+    return {"t": time.monotonic(), "cpu": counters.read(), "reqs": reqs, "etcd": etcd}
+
+
+def delta(a, b):
+    return {k: b.get(k, 0) - a.get(k, 0) for k in set(a) | set(b)}
+
+
+# --- phases ----------------------------------------------------------------------------------------
+class Watch:
+    """`kubectl get -w` on the bench's SandboxProcesses: the moment each name is final, or gone."""
+
+    def __init__(self, ns):
+        self.final, self.gone, self.errors = set(), set(), []
+        self.cv = threading.Condition()
+        fmt = '{.type} {.object.metadata.name} {.object.status.phase}{"\\n"}'
+        self.p = subprocess.Popen(["kubectl", "-n", ns, "get", "sandboxprocesses", "-w",
+                                   "--output-watch-events", "-o", f"jsonpath={fmt}"],
+                                  stdout=subprocess.PIPE, text=True)
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def run(self):
+        for line in self.p.stdout:
+            parts = line.split()
+            with self.cv:
+                if parts[0] == "DELETED":
+                    self.gone.add(parts[1])
+                elif len(parts) > 2 and parts[2] in ("Exited", "Error"):
+                    self.final.add(parts[1])
+                    if parts[2] == "Error":
+                        self.errors.append(parts[1])
+                self.cv.notify_all()
+
+    def wait(self, what, n, timeout):
+        with self.cv:
+            if not self.cv.wait_for(lambda: len(what) >= n, timeout):
+                raise TimeoutError(f"{len(what)} of {n} after {timeout} s")
+
+    def stop(self):
+        self.p.terminate()
+
+
+def run_sandboxprocesses(a, pods, finalizer):
+    """create N (kubectl create, `parallel` batches), wait all final, delete all, wait all gone;
+    with `finalizer`, the manifests carry the operator's finalizer as the clients send it"""
+    w = Watch(a.namespace)
+    time.sleep(1)  # the watch is established before the first create
+    meta = {"finalizers": [FINALIZER]} if finalizer else {}
+    docs = [{"apiVersion": GROUP, "kind": "SandboxProcess", "metadata": {"name": f"c-{i}", **meta},
+             "spec": {"podName": pods[i % len(pods)], "command": a.cmd}} for i in range(a.n)]
+    batches = [docs[i::a.parallel] for i in range(a.parallel)]
+
+    def create(batch):
+        kubectl("-n", a.namespace, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": batch}))
+
+    with ThreadPoolExecutor(a.parallel) as ex:
+        list(ex.map(create, batches))
+    w.wait(w.final, a.n, 600)
+    kubectl("-n", a.namespace, "delete", "sandboxprocesses", "--all", "--wait=false")
+    w.wait(w.gone, a.n, 600)
+    w.stop()
+    if w.errors:
+        raise RuntimeError(f"{len(w.errors)} processes ended in Error, e.g. {w.errors[:3]}")
+
+
+def run_exec(a, pods):
+    def one(i):
+        kubectl("-n", a.namespace, "exec", pods[i % len(pods)], "-c", "main", "--", *a.cmd)
+
+    with ThreadPoolExecutor(a.parallel) as ex:
+        list(ex.map(one, range(a.n)))
+
+
+def run_runc(a, cids):
+    def one(i):
+        subprocess.run(["/usr/sbin/runc", "--root", a.runtime_root, "exec", cids[i % len(cids)], *a.cmd],
+                       check=True, capture_output=True)
+
+    with ThreadPoolExecutor(a.parallel) as ex:
+        list(ex.map(one, range(a.n)))
+
+
+def measure(counters, fn):
+    before = snapshot(counters)
+    fn()
+    time.sleep(3)  # what the components do right after (events, status) belongs to the phase
+    after = snapshot(counters)
+    return {"seconds": after["t"] - before["t"], "cpu": delta(before["cpu"], after["cpu"]),
+            "reqs": delta(before["reqs"], after["reqs"]), "etcd": delta(before["etcd"], after["etcd"])}
+
+
+# --- report ----------------------------------------------------------------------------------------
+CLIENT_ROWS = ("clients (kubectl, runc run here)", "client (this script)")
+
+
+def per_process(phase, idle, n, kind):
+    """cost per process of each component, idle subtracted; the command's own CPU counted once"""
+    d = phase["seconds"]
+    out = {}
+    for k, v in phase["cpu"].items():
+        base = 0 if k in CLIENT_ROWS else idle["cpu"].get(k, 0) / idle["seconds"] * d
+        out[k] = (v - base) / n
+    cmd = out["the command itself"]
+    if kind == "exec":  # the shim reaps the exec'd command: its rusage holds the command's CPU
+        out["shims (+their runc)"] -= cmd
+    if kind == "runc":  # runc, run here, reaps the command
+        out["runc exec (run here)"] = out.pop("clients (kubectl, runc run here)") - cmd
+    return out
+
+
+def api_per_process(phase, idle, n, key):
+    d = phase["seconds"]
+    return {k: (v - idle[key].get(k, 0) / idle["seconds"] * d) / n for k, v in phase[key].items()}
+
+
+def report(a, R):
+    names = ["SandboxProcess (manifest)", "SandboxProcess (client)", "kubectl exec", "runc exec"]
+    kinds = ["sbp", "sbp-client", "exec", "runc"]
+    cpu = [per_process(R[k], R["idle"], a.n, k) for k in kinds]
+    rows = sorted({r for c in cpu for r in c} - set(CLIENT_ROWS), key=lambda r: -max(c.get(r, 0) for c in cpu))
+    tot = [sum(c.get(r, 0) for r in rows) for c in cpu]
+    print(f"\n{a.n} processes of `{' '.join(a.cmd)}` each way over {a.pods} pods, {a.parallel} at once, "
+          f"{os.cpu_count()} cores; idle baseline {R['idle']['seconds']:.0f} s subtracted\n")
+    print("| CPU ms per process | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for r in rows:
+        print(f"| {r} | " + " | ".join(f"{c.get(r, 0) * 1000:.2f}" for c in cpu) + " |")
+    print("| **total (servers and node)** | " + " | ".join(f"**{t * 1000:.2f}**" for t in tot) + " |")
+    for r in CLIENT_ROWS:
+        if any(r in c for c in cpu):
+            print(f"| _{r}, not in the total_ | " + " | ".join(f"{c.get(r, 0) * 1000:.2f}" if r in c else "-" for c in cpu) + " |")
+    print(f"\nSandboxProcess / kubectl exec: **{tot[0] / tot[2]:.2f}×** (manifest), **{tot[1] / tot[2]:.2f}×** "
+          f"(client); SandboxProcess / runc exec: {tot[0] / tot[3]:.1f}×, {tot[1] / tot[3]:.1f}×; "
+          f"kubectl exec / runc exec: {tot[2] / tot[3]:.1f}×")
+    print("\n| API per process | " + " | ".join(names[:3]) + " |\n|---|---:|---:|---:|")
+    reqs = [api_per_process(R[k], R["idle"], a.n, "reqs") for k in kinds[:3]]
+    etcd = [api_per_process(R[k], R["idle"], a.n, "etcd") for k in kinds[:3]]
+    for k in sorted({k for r in reqs for k in r if abs(r[k]) >= 0.05}):
+        print(f"| {k} | " + " | ".join(f"{r.get(k, 0):.2f}" for r in reqs) + " |")
+    writes = [sum(v for k, v in r.items() if not k.startswith("CONNECT")) for r in reqs]
+    print("| **writes (all but CONNECT)** | " + " | ".join(f"**{w:.2f}**" for w in writes) + " |")
+    print("| etcd writes (create, update, delete) | " + " | ".join(f"{sum(e.values()):.2f}" for e in etcd) + " |")
+    for i, k in enumerate(kinds):
+        print(f"\n{names[i]}: {R[k]['seconds']:.1f} s for {a.n} ({a.n / R[k]['seconds']:.0f}/s, 3 s settle included)")
+    R["per_process_cpu"] = dict(zip(kinds, cpu))
+    R["per_process_requests"] = dict(zip(kinds[:3], reqs))
+
+
+def main():
+    a = args()
+    pods = [f"cost-{i}" for i in range(a.pods)]
+    info = json.loads(kubectl("-n", a.namespace, "get", "pods", "-o", "json"))["items"]
+    uids = [p["metadata"]["uid"] for p in info]
+    cids = [p["status"]["containerStatuses"][0]["containerID"].split("://")[1] for p in info]
+    counters = Counters(a, uids)
+    R = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "n": a.n, "cmd": a.cmd,
+         "pods": a.pods, "parallel": a.parallel, "cores": os.cpu_count()}
+    log(f"idle baseline ({a.idle:.0f} s)")
+    R["idle"] = measure(counters, lambda: time.sleep(a.idle))
+    for kind, fn in (("sbp", lambda: run_sandboxprocesses(a, pods, False)),
+                     ("sbp-client", lambda: run_sandboxprocesses(a, pods, True)),
+                     ("exec", lambda: run_exec(a, pods)), ("runc", lambda: run_runc(a, cids))):
+        log(f"phase {kind}")
+        R[kind] = measure(counters, fn)
+        log(f"phase {kind}: {R[kind]['seconds']:.1f} s")
+    for name, path in counters.cgroups.items():  # a restarted pod would have a new cgroup
+        if not os.path.isdir(f"{CPUACCT}{path}"):
+            raise RuntimeError(f"the {name} pod was replaced during the run: its figures are void")
+    report(a, R)
+    with open(a.out, "w") as f:
+        json.dump(R, f, indent=1)
+    log(f"raw figures: {a.out}")
+
+
+if __name__ == "__main__":
+    main()
