@@ -39,6 +39,8 @@ def args():
     p.add_argument("--pids", required=True)
     p.add_argument("--runtime-root", required=True)
     p.add_argument("--cgroup-parent", required=True)
+    p.add_argument("--clients", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=10)
     p.add_argument("cmd", nargs="+")
     return p.parse_args()
 
@@ -163,6 +165,7 @@ class Watch:
 
     def __init__(self, ns):
         self.final, self.gone, self.errors = set(), set(), []
+        self.seen = {}  # name -> {phase: when the watch first saw it}
         self.cv = threading.Condition()
         fmt = '{.type} {.object.metadata.name} {.object.status.phase}{"\\n"}'
         self.p = subprocess.Popen(["kubectl", "-n", ns, "get", "sandboxprocesses", "-w",
@@ -173,7 +176,10 @@ class Watch:
     def run(self):
         for line in self.p.stdout:
             parts = line.split()
+            now = time.time()
             with self.cv:
+                if len(parts) > 2:
+                    self.seen.setdefault(parts[1], {}).setdefault(parts[2], now)
                 if parts[0] == "DELETED":
                     self.gone.add(parts[1])
                 elif len(parts) > 2 and parts[2] in ("Exited", "Error"):
@@ -239,6 +245,63 @@ def measure(counters, fn):
     after = snapshot(counters)
     return {"seconds": after["t"] - before["t"], "work_seconds": work, "cpu": delta(before["cpu"], after["cpu"]),
             "reqs": delta(before["reqs"], after["reqs"]), "etcd": delta(before["etcd"], after["etcd"])}
+
+
+# --- start latency with many clients at once ---------------------------------------------------------
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def start_latency(a, pods):
+    """`clients` at once, `rounds` each: kubectl apply of a SandboxProcess → the watch sees it
+    started (Running, or already final), for `true` and for `sleep 2` (which shows Running only
+    after the operator's settle time); and the `kubectl exec` round trip of `true`."""
+    w = Watch(a.namespace)
+    time.sleep(1)
+    out = {"sbp true": [], "sbp sleep": [], "exec true": []}
+    lock = threading.Lock()
+
+    def sbp(kind, argv, c, r):
+        name = f"l-{kind}-{c}-{r}"
+        doc = {"apiVersion": GROUP, "kind": "SandboxProcess", "metadata": {"name": name},
+               "spec": {"podName": pods[c % len(pods)], "command": argv}}
+        t0 = time.time()
+        kubectl("-n", a.namespace, "apply", "-f", "-", stdin=json.dumps(doc))
+        with w.cv:
+            if not w.cv.wait_for(lambda: set(w.seen.get(name, {})) & {"Running", "Exited", "Error"}, 120):
+                raise TimeoutError(f"{name} not started in 120 s")
+            t = min(v for k, v in w.seen[name].items() if k in ("Running", "Exited", "Error"))
+        with lock:
+            out[f"sbp {kind}"].append(t - t0)
+
+    def exec_(c, r):
+        t0 = time.time()
+        kubectl("-n", a.namespace, "exec", pods[c % len(pods)], "-c", "main", "--", "true")
+        with lock:
+            out["exec true"].append(time.time() - t0)
+
+    for label, fn in (("exec true", exec_), ("sbp true", lambda c, r: sbp("true", ["true"], c, r)),
+                      ("sbp sleep", lambda c, r: sbp("sleep", ["sleep", "2"], c, r))):
+        log(f"start latency: {label}, {a.clients} clients x {a.rounds}")
+        with ThreadPoolExecutor(a.clients) as ex:
+            list(ex.map(lambda cr: fn(*cr), [(c, r) for r in range(a.rounds) for c in range(a.clients)]))
+    w.stop()
+    kubectl("-n", a.namespace, "delete", "sandboxprocesses", "--all", "--wait=false")
+    return out
+
+
+def report_latency(a, lat):
+    ex = lat["exec true"]
+    print(f"\nStart latency, {a.clients} clients at once, {a.rounds} each ({len(ex)} samples per row; ms):\n")
+    print("| what | p50 | p90 | p99 | p99 vs exec |\n|---|---:|---:|---:|---:|")
+    rows = (("kubectl exec `true`: round trip", "exec true"),
+            ("SandboxProcess `true`: apply → Running or final seen", "sbp true"),
+            ("SandboxProcess `sleep 2`: apply → Running seen", "sbp sleep"))
+    for text, k in rows:
+        xs = lat[k]
+        print(f"| {text} | {pct(xs, .5) * 1000:.0f} | {pct(xs, .9) * 1000:.0f} | {pct(xs, .99) * 1000:.0f} | "
+              f"{pct(xs, .99) / pct(ex, .99):.2f}× |")
 
 
 # --- report ----------------------------------------------------------------------------------------
@@ -321,6 +384,9 @@ def main():
         if not os.path.isdir(f"{CPUACCT}{path}"):
             raise RuntimeError(f"the {name} pod was replaced during the run: its figures are void")
     report(a, R)
+    if a.clients:
+        R["start_latency"] = start_latency(a, pods)
+        report_latency(a, R["start_latency"])
     with open(a.out, "w") as f:
         json.dump(R, f, indent=1)
     log(f"raw figures: {a.out}")
