@@ -26,8 +26,11 @@ pub struct CriLookup {
     /// asking cost the runtime two calls per start, one of which serializes the whole spec
     /// (~2 ms of containerd CPU per process, e2e/costbench). A restarted container has a new
     /// init process, so its entry is not used.
-    known: Arc<Mutex<HashMap<(String, String), (ContainerInfo, u64)>>>,
+    known: Arc<Mutex<Known>>,
 }
+
+/// (pod UID, container name) → the lookup and its init process's start time.
+type Known = HashMap<(String, String), (ContainerInfo, u64)>;
 
 /// Entries of the lookup cache at most (about 110 pods per node, a few containers each); dead
 /// ones go first.
@@ -301,7 +304,10 @@ mod tests {
         assert_eq!(l.known(&key).map(|i| i.id), Some("c1".into()));
         l.remember(key.clone(), info(me), start + 1);
         assert!(l.known(&key).is_none());
-        assert!(l.known.lock().unwrap().is_empty(), "the stale entry is dropped");
+        assert!(
+            l.known.lock().unwrap().is_empty(),
+            "the stale entry is dropped"
+        );
         l.remember(key.clone(), info(i32::MAX), start);
         assert!(l.known(&key).is_none());
     }
