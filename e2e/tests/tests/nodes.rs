@@ -329,9 +329,49 @@ async fn netpol(t: &TestNs, fake: &TestNs) -> Result<()> {
         .context("restoring the NetworkPolicy")?;
     bad.extend(until_every(ns, "r2-a", &agents, 9443, false).await);
     bad.extend(matrix(&srcs, &agents, 9443, false).await);
+    if !bad.is_empty() {
+        bad.push(network_dump().await);
+    }
     ensure!(bad.is_empty(), "{}", bad.join("\n"));
     println!("note: agents' API port closed to 3 tenant pods (one per node) and a fake operator in another namespace, metrics port open; open with the policy deleted");
     Ok(())
+}
+
+/// What each node's network said when connections failed (seen twice, only after the nodes had
+/// lived through a whole `.ci/run`: one node's pods reached no other node's agent, on any port,
+/// with or without the policy): its routes and the DROP/REJECT rules of its filter table that
+/// matched packets.
+async fn network_dump() -> String {
+    let mut out = vec!["network of each node:".to_string()];
+    for k in 1..=3 {
+        let ns = format!("--net=/run/netns/spo-n{k}");
+        for cmd in [
+            &["ip", "route"][..],
+            &["iptables-save", "-c", "-t", "filter"],
+        ] {
+            let mut args: Vec<&str> = if k == 1 { vec![] } else { vec![&ns, "--"] };
+            args.extend_from_slice(cmd);
+            let (prog, args) = if k == 1 {
+                (args[0], &args[1..])
+            } else {
+                ("nsenter", &args[..])
+            };
+            let text = match cmd::run(prog, args, None, Duration::from_secs(10)).await {
+                Ok(o) => o.stdout,
+                Err(e) => format!("{e:#}"),
+            };
+            let lines = text.lines().filter(|l| {
+                cmd[0] == "ip"
+                    || ((l.contains("DROP") || l.contains("REJECT")) && !l.starts_with("[0:0]"))
+            });
+            out.extend(
+                lines
+                    .take(12)
+                    .map(|l| format!("  node {k} {}: {l}", cmd[0])),
+            );
+        }
+    }
+    out.join("\n")
 }
 
 /// Applies mv-I on its pod on node 3, then (0.05 × (I-1) s later) re-creates the pod under its
