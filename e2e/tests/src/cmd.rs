@@ -115,6 +115,24 @@ pub async fn deploy(args: &[&str]) -> Result<String> {
 /// `kubectl sandbox ARGS` with the plugin built from this tree (cargo, into the tests' target
 /// directory) first on PATH, as a user installs it; not required to succeed.
 pub async fn kubectl_sandbox(args: &[&str]) -> Result<Out> {
+    // Built and put in place once per test binary: tests run it from several threads, and a copy
+    // written over the binary while another test executed it failed that exec (ETXTBSY).
+    static PLUGIN_DIR: tokio::sync::OnceCell<std::path::PathBuf> =
+        tokio::sync::OnceCell::const_new();
+    let dir = PLUGIN_DIR.get_or_try_init(install_plugin).await?;
+    let path = format!(
+        "PATH={}:{}",
+        dir.to_str().context("target path")?,
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut all = vec![path.as_str(), "kubectl", "sandbox"];
+    all.extend_from_slice(args);
+    run("env", &all, None, Duration::from_secs(120)).await
+}
+
+/// Builds the plugin and puts it alone in a directory for PATH; the copy is renamed into place,
+/// so a plugin another test binary runs from there keeps its own file.
+async fn install_plugin() -> Result<std::path::PathBuf> {
     let root = crate::repo_root();
     let cargo = option_env!("CARGO").unwrap_or("cargo");
     let manifest = root.join("Cargo.toml");
@@ -139,19 +157,10 @@ pub async fn kubectl_sandbox(args: &[&str]) -> Result<Out> {
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| root.join("target"));
-    // A directory holding only the plugin, so PATH finds this one and no other.
     let dir = target.join("e2e-plugin");
     std::fs::create_dir_all(&dir)?;
-    std::fs::copy(
-        target.join("debug/kubectl-sandbox"),
-        dir.join("kubectl-sandbox"),
-    )?;
-    let path = format!(
-        "PATH={}:{}",
-        dir.to_str().context("target path")?,
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut all = vec![path.as_str(), "kubectl", "sandbox"];
-    all.extend_from_slice(args);
-    run("env", &all, None, Duration::from_secs(120)).await
+    let tmp = dir.join(format!(".kubectl-sandbox.{}", std::process::id()));
+    std::fs::copy(target.join("debug/kubectl-sandbox"), &tmp)?;
+    std::fs::rename(&tmp, dir.join("kubectl-sandbox"))?;
+    Ok(dir)
 }
