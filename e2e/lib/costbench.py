@@ -75,30 +75,30 @@ def pod_cgroup_of(pid):
     raise RuntimeError(f"pid {pid} has no cpuacct cgroup")
 
 
-def find_pid(cmd_prefix):
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as f:
-                    argv0 = f.read().split(b"\0")[0].decode(errors="replace")
-            except OSError:
-                continue
-            if argv0.endswith(cmd_prefix):
-                return int(d)
-    raise RuntimeError(f"no process {cmd_prefix} on this node")
-
-
-def shims():
+def procs(field, pred):
+    """host pids whose /proc/<pid>/<field> (text) satisfies pred"""
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                with open(f"/proc/{d}/comm") as f:
-                    if f.read().startswith("containerd-shim"):
-                        out.append(int(d))
+                with open(f"/proc/{d}/{field}", "rb") as f:
+                    text = f.read().decode(errors="replace")
             except OSError:
-                pass
+                continue
+            if pred(text):
+                out.append(int(d))
     return out
+
+
+def find_pid(argv0_suffix):
+    pids = procs("cmdline", lambda c: c.split("\0")[0].endswith(argv0_suffix))
+    if not pids:
+        raise RuntimeError(f"no process {argv0_suffix} on this node")
+    return pids[0]
+
+
+def shims():
+    return procs("comm", lambda c: c.startswith("containerd-shim"))
 
 
 class Counters:
@@ -137,16 +137,16 @@ def api_counts():
     """mutating requests by verb/resource/subresource, and etcd writes, from the API server"""
     reqs, etcd = {}, {}
     for line in kubectl("get", "--raw", "/metrics").splitlines():
-        if line.startswith("apiserver_request_total{"):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-            if labels.get("verb") in MUTATING or labels.get("verb") == "CONNECT":
-                key = f"{labels['verb']} {labels.get('resource', '')}" + (
-                    f"/{labels['subresource']}" if labels.get("subresource") else "")
-                reqs[key] = reqs.get(key, 0) + float(line.rsplit(" ", 1)[1])
-        elif line.startswith("etcd_requests_total{"):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-            if labels.get("operation") in ("create", "update", "delete"):
-                etcd[labels.get("type", "")] = etcd.get(labels.get("type", ""), 0) + float(line.rsplit(" ", 1)[1])
+        name = line.split("{", 1)[0]
+        if name not in ("apiserver_request_total", "etcd_requests_total"):
+            continue
+        labels, value = dict(re.findall(r'(\w+)="([^"]*)"', line)), float(line.rsplit(" ", 1)[1])
+        if name == "apiserver_request_total" and labels.get("verb") in MUTATING | {"CONNECT"}:
+            sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+            key = f"{labels['verb']} {labels.get('resource', '')}{sub}"
+            reqs[key] = reqs.get(key, 0) + value
+        elif name == "etcd_requests_total" and labels.get("operation") in ("create", "update", "delete"):
+            etcd[labels.get("type", "")] = etcd.get(labels.get("type", ""), 0) + value
     return reqs, etcd
 
 
@@ -197,14 +197,18 @@ class Watch:
         self.p.terminate()
 
 
+def sbp_doc(name, pod, argv, finalizer=False):
+    meta = {"name": name, "finalizers": [FINALIZER]} if finalizer else {"name": name}
+    return {"apiVersion": GROUP, "kind": "SandboxProcess", "metadata": meta,
+            "spec": {"podName": pod, "command": argv}}
+
+
 def run_sandboxprocesses(a, pods, finalizer):
     """create N (kubectl create, `parallel` batches), wait all final, delete all, wait all gone;
     with `finalizer`, the manifests carry the operator's finalizer as the clients send it"""
     w = Watch(a.namespace)
     time.sleep(1)  # the watch is established before the first create
-    meta = {"finalizers": [FINALIZER]} if finalizer else {}
-    docs = [{"apiVersion": GROUP, "kind": "SandboxProcess", "metadata": {"name": f"c-{i}", **meta},
-             "spec": {"podName": pods[i % len(pods)], "command": a.cmd}} for i in range(a.n)]
+    docs = [sbp_doc(f"c-{i}", pods[i % len(pods)], a.cmd, finalizer) for i in range(a.n)]
     batches = [docs[i::a.parallel] for i in range(a.parallel)]
 
     def create(batch):
@@ -264,10 +268,8 @@ def start_latency(a, pods):
 
     def sbp(kind, argv, c, r):
         name = f"l-{kind}-{c}-{r}"
-        doc = {"apiVersion": GROUP, "kind": "SandboxProcess", "metadata": {"name": name},
-               "spec": {"podName": pods[c % len(pods)], "command": argv}}
         t0 = time.time()
-        kubectl("-n", a.namespace, "apply", "-f", "-", stdin=json.dumps(doc))
+        kubectl("-n", a.namespace, "apply", "-f", "-", stdin=json.dumps(sbp_doc(name, pods[c % len(pods)], argv)))
         with w.cv:
             if not w.cv.wait_for(lambda: set(w.seen.get(name, {})) & {"Running", "Exited", "Error"}, 120):
                 raise TimeoutError(f"{name} not started in 120 s")
