@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""What one e2e suite leaves to the next: the cluster and host state between two suites.
+
+.ci/run takes a snapshot before the first suite and after each one, and
+  * fails the boundary when a suite leaked what every suite must clean up (an Active namespace or
+    a SandboxProcess the run did not start with, a host process, mount or network namespace
+    nobody owns, an extra node, a release's aggregated API that does not answer);
+  * names the state each suite started from (its *class*: what differs from the run's start,
+    Terminating namespaces and the release's shape included), and appends
+    "previous-suite  class  suite  passed" to a ledger kept across runs, so that
+    `boundary.py coverage SUITES...` shows which ordered pairs of suites, and which suite after
+    which leftover class, have run;
+  * SPO_CI_ORDER=uncovered orders the suites so that a run covers pairs not yet in the ledger.
+
+Usage: boundary.py snapshot > FILE
+       boundary.py check BASE BEFORE AFTER    (prints the diff and the class; exit 1 on a leak)
+       boundary.py record LEDGER PREV CLASS SUITE OK
+       boundary.py coverage LEDGER SUITE...
+       boundary.py order LEDGER SUITE...      (one suite per line, uncovered pairs first)
+"""
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+
+SYSTEM_NS = {"default", "kube-system", "kube-public", "kube-node-lease"}
+HOST_COMMS = ("sandbox-", "kubectl", "registry", "tmux", "socat", "helm")
+
+
+def kubectl_json(*args):
+    out = subprocess.run(["kubectl", *args, "-o", "json"], capture_output=True, text=True,
+                         timeout=60)
+    if out.returncode != 0:
+        return {"items": [], "error": out.stderr.strip()[:200]}
+    return json.loads(out.stdout)
+
+
+def cluster_items():
+    """Lines "kind name attributes" for every object a suite makes that can outlive it."""
+    lines = []
+    for n in kubectl_json("get", "nodes")["items"]:
+        ready = [c["status"] for c in n["status"].get("conditions", []) if c["type"] == "Ready"]
+        lines.append(f"node {n['metadata']['name']} ready={''.join(ready)}")
+    for ns in kubectl_json("get", "namespaces")["items"]:
+        name = ns["metadata"]["name"]
+        if name not in SYSTEM_NS:
+            lines.append(f"namespace {name} {ns['status']['phase']}")
+    for o in kubectl_json("get", "sandboxprocesses", "-A")["items"]:
+        m = o["metadata"]
+        gone = " deleting" if m.get("deletionTimestamp") else ""
+        lines.append(f"sandboxprocess {m['namespace']}/{m['name']}{gone}")
+    for kind in ("customresourcedefinitions", "mutatingwebhookconfigurations",
+                 "validatingwebhookconfigurations", "priorityclasses"):
+        for o in kubectl_json("get", kind)["items"]:
+            name = o["metadata"]["name"]
+            if not name.startswith("system-"):
+                lines.append(f"{kind[:-1]} {name}")
+    for o in kubectl_json("get", "apiservices")["items"]:
+        if o["spec"].get("service"):
+            ok = [c["status"] for c in o["status"].get("conditions", []) if c["type"] == "Available"]
+            lines.append(f"apiservice {o['metadata']['name']} available={''.join(ok)}")
+    lines += release_items()
+    return lines
+
+
+def release_items():
+    """The installed releases and the shape of their workloads (where agents run, how many)."""
+    lines = []
+    out = subprocess.run(["helm", "list", "-A", "-o", "json"], capture_output=True, text=True,
+                         timeout=60)
+    for r in json.loads(out.stdout or "[]") if out.returncode == 0 else []:
+        lines.append(f"release {r['namespace']}/{r['name']} {r['chart']} {r['status']}")
+    for kind in ("deployments", "daemonsets"):
+        for o in kubectl_json("get", kind, "-A", "-l", "app.kubernetes.io/part-of=sandbox-process-operator")["items"]:
+            m, spec = o["metadata"], o["spec"]["template"]["spec"]
+            shape = json.dumps([spec.get("nodeSelector"), spec.get("affinity"),
+                                o["spec"].get("replicas")], sort_keys=True)
+            digest = hashlib.sha256(shape.encode()).hexdigest()[:8]
+            lines.append(f"{kind[:-1]} {m['namespace']}/{m['name']} shape={digest}")
+    return lines
+
+
+def host_items():
+    """Host processes, mounts and network namespaces an e2e suite may start and forget."""
+    lines = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = open(f"/proc/{pid}/comm").read().strip()
+            cgroup = open(f"/proc/{pid}/cgroup").read()
+        except OSError:
+            continue
+        # Pods' processes live below the kubelet's cgroup root; the cluster's own daemons are
+        # named in its pid files; neither is a suite's leftover.
+        if comm.startswith(HOST_COMMS) and "/spo-e2e" not in cgroup and int(pid) != os.getpid():
+            if not is_cluster_daemon(pid):
+                lines.append(f"hostprocess {comm} {pid}")
+    for line in open("/proc/self/mountinfo"):
+        point = line.split()[4]
+        if ("spo" in point or "sandbox" in point) and "/spo-e2e" not in point:
+            lines.append(f"mount {point}")
+    netns = "/run/netns"
+    for n in sorted(os.listdir(netns)) if os.path.isdir(netns) else []:
+        lines.append(f"netns {n}")
+        if n.startswith("spo-n"):
+            lines += [f"route {n} {r}" for r in routes(["-n", n])]
+    lines += [f"route host {r}" for r in routes([]) if r.split()[-1:] != ["linkdown"]
+              and ("10.244." in r or "10.245." in r)]
+    return lines
+
+
+def routes(netns):
+    """The routes of the host or of a node's netns: a lost one cuts a node's pods off."""
+    out = subprocess.run(["ip", *netns, "route", "show"], capture_output=True, text=True,
+                         timeout=10)
+    return [" ".join(r.split()) for r in out.stdout.splitlines()]
+
+
+def is_cluster_daemon(pid):
+    pids = "/run/spo-e2e/pids"
+    for f in os.listdir(pids) if os.path.isdir(pids) else []:
+        try:
+            if open(os.path.join(pids, f)).read().strip() == pid:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def snapshot():
+    print("\n".join(sorted(cluster_items() + host_items())))
+
+
+def read(path):
+    return set(open(path).read().splitlines())
+
+
+def leaks(base, before, after):
+    """What a suite left that it must not: items new since it started that no rule allows."""
+    bad = []
+    nodes_before = sum(1 for x in before if x.startswith("node "))
+    for item in sorted(after - before - base):
+        kind = item.split()[0]
+        if kind == "namespace" and not item.endswith(" Terminating"):
+            bad.append(item + " (delete it at the suite's end)")
+        elif kind == "sandboxprocess" and not terminating_ns(item, after):
+            bad.append(item + " (in a namespace that stays)")
+        elif kind in ("hostprocess", "mount", "netns") and not item.startswith(("netns spo-n", "mount /run/netns/spo-n")):
+            bad.append(item + " (on the host, left running)")
+        elif kind == "apiservice" and not item.endswith("available=True"):
+            bad.append(item + " (the release's API does not answer)")
+    # A route of a node that is still there, lost: that node's pods are cut off.
+    nodes_after = {x.split()[1] for x in after if x.startswith("netns ")} | {"host"}
+    for item in sorted(before - after):
+        if item.startswith("route ") and item.split()[1] in nodes_after and " proto kernel " not in item:
+            bad.append(f"{item} (lost)")
+    if sum(1 for x in after if x.startswith("node ")) > max(nodes_before, 1):
+        bad.append("nodes: more than the suite started with")
+    return bad
+
+
+def terminating_ns(item, state):
+    ns = item.split()[1].split("/")[0]
+    return f"namespace {ns} Terminating" in state or not any(
+        x.startswith(f"namespace {ns} ") for x in state)
+
+
+def state_class(base, state):
+    """A short name for how STATE differs from the run's start (what the next suite meets)."""
+    diff = sorted([f"+{x}" for x in state - base] + [f"-{x}" for x in base - state])
+    # Test namespaces end in a random suffix: the class names their kind, not the run.
+    diff = sorted({re.sub(r"-[0-9a-f]{6}\b", "-*", d) for d in diff
+                   if not d[1:].startswith(("hostprocess", "sandboxprocess"))})
+    if not diff:
+        return "start", diff
+    return hashlib.sha256("\n".join(diff).encode()).hexdigest()[:8], diff
+
+
+def check(base_f, before_f, after_f):
+    base, before, after = read(base_f), read(before_f), read(after_f)
+    name, diff = state_class(base, after)
+    print(f"state after the suite: class {name}" + ("" if not diff else ", differs from the start in:"))
+    for d in diff[:40]:
+        print(f"  {d}")
+    bad = leaks(base, before, after)
+    for b in bad:
+        print(f"LEAK {b}")
+    print(f"class={name}")
+    return 1 if bad else 0
+
+
+def ledger_rows(path):
+    if not os.path.exists(path):
+        return []
+    return [line.split("\t") for line in open(path).read().splitlines() if line.count("\t") == 3]
+
+
+def coverage(path, suites):
+    rows = ledger_rows(path)
+    pairs = {(r[0], r[2]) for r in rows if r[3] == "ok"}
+    want = [(a, b) for a in suites for b in suites if a != b]
+    have = [p for p in want if p in pairs]
+    print(f"ordered pairs of suites run next to each other, and passed: {len(have)} of {len(want)}")
+    for b in suites:
+        after = sorted(a for a in suites if (a, b) in pairs)
+        classes = sorted({r[1] for r in rows if r[2] == b and r[3] == "ok"})
+        print(f"  {b}: after {len(after)} of {len(suites) - 1} ({' '.join(after) or '-'}); "
+              f"from states {' '.join(classes) or '-'}")
+
+
+def order(path, suites):
+    """Greedy: start after the demo, then always the suite whose pair with the last is new."""
+    pairs = {(r[0], r[2]) for r in ledger_rows(path) if r[3] == "ok"}
+    left, last, out = list(suites), "demo", []
+    while left:
+        new = [s for s in left if (last, s) not in pairs]
+        # Prefer a suite that still has uncovered successors, so that the chain goes on.
+        new.sort(key=lambda s: -sum((s, t) not in pairs for t in left if t != s))
+        pick = new[0] if new else left[0]
+        out.append(pick)
+        left.remove(pick)
+        pairs.add((last, pick))
+        last = pick
+    print("\n".join(out))
+
+
+def main(argv):
+    if argv[:1] == ["snapshot"]:
+        snapshot()
+        return 0
+    if argv[:1] == ["check"] and len(argv) == 4:
+        return check(*argv[1:])
+    if argv[:1] == ["record"] and len(argv) == 6:
+        with open(argv[1], "a") as f:
+            f.write("\t".join(argv[2:]) + "\n")
+        return 0
+    if argv[:1] == ["coverage"] and len(argv) > 2:
+        coverage(argv[1], argv[2:])
+        return 0
+    if argv[:1] == ["order"] and len(argv) > 2:
+        order(argv[1], argv[2:])
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
