@@ -25,16 +25,32 @@ import re
 import subprocess
 import sys
 
+# What the suites use: the cluster's kubeconfig and the tools e2e/cluster installs.
+CACHE = os.environ.get("SPO_CACHE") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sandbox-process-operator")
+os.environ.setdefault("KUBECONFIG", os.path.join(CACHE, "cluster", "admin.kubeconfig"))
+os.environ["PATH"] = os.path.join(CACHE, "bin") + os.pathsep + os.environ.get("PATH", "")
+
 SYSTEM_NS = {"default", "kube-system", "kube-public", "kube-node-lease"}
 HOST_COMMS = ("sandbox-", "kubectl", "registry", "tmux", "socat", "helm")
 
 
-def kubectl_json(*args):
-    out = subprocess.run(["kubectl", *args, "-o", "json"], capture_output=True, text=True,
-                         timeout=60)
+def tool(*argv):
+    """A tool's output, or None (and a line on stderr) when it fails: a snapshot is best effort."""
+    try:
+        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"boundary: {argv[0]}: {e}", file=sys.stderr)
+        return None
     if out.returncode != 0:
-        return {"items": [], "error": out.stderr.strip()[:200]}
-    return json.loads(out.stdout)
+        print(f"boundary: {' '.join(argv[:3])}: {out.stderr.strip()[:200]}", file=sys.stderr)
+        return None
+    return out.stdout
+
+
+def kubectl_json(*args):
+    out = tool("kubectl", *args, "-o", "json")
+    return json.loads(out) if out else {"items": []}
 
 
 def cluster_items():
@@ -68,9 +84,7 @@ def cluster_items():
 def release_items():
     """The installed releases and the shape of their workloads (where agents run, how many)."""
     lines = []
-    out = subprocess.run(["helm", "list", "-A", "-o", "json"], capture_output=True, text=True,
-                         timeout=60)
-    for r in json.loads(out.stdout or "[]") if out.returncode == 0 else []:
+    for r in json.loads(tool("helm", "list", "-A", "-o", "json") or "[]"):
         lines.append(f"release {r['namespace']}/{r['name']} {r['chart']} {r['status']}")
     for kind in ("deployments", "daemonsets"):
         for o in kubectl_json("get", kind, "-A", "-l", "app.kubernetes.io/part-of=sandbox-process-operator")["items"]:
@@ -112,9 +126,7 @@ def host_items():
 
 def routes(netns):
     """The routes of the host or of a node's netns: a lost one cuts a node's pods off."""
-    out = subprocess.run(["ip", *netns, "route", "show"], capture_output=True, text=True,
-                         timeout=10)
-    return [" ".join(r.split()) for r in out.stdout.splitlines()]
+    return [" ".join(r.split()) for r in (tool("ip", *netns, "route", "show") or "").splitlines()]
 
 
 def is_cluster_daemon(pid):
