@@ -1,6 +1,7 @@
 #[cfg(feature = "crd")]
 pub mod admission;
 pub mod apply;
+pub mod channel;
 #[cfg(feature = "crd")]
 pub mod convert;
 #[cfg(feature = "crd")]

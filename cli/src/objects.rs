@@ -3,7 +3,10 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use sandbox_client::{Exit, Killed, LastExitStatus, Object, Process, Sandbox, Start};
+use sandbox_client::{
+    AttachEvent, AttachInput, AttachOptions, Exit, Killed, LastExitStatus, Object, Process,
+    Sandbox, Start,
+};
 use serde::Serialize;
 
 use crate::error::{flag, CliError};
@@ -139,7 +142,7 @@ async fn terminal_to(
         )));
     }
     match crate::terminal::session(p, keys, after).await? {
-        crate::terminal::Ended::Exited(exit) => Ok(Some(exit_status(exit))),
+        crate::terminal::Ended::Exited(code) => Ok(Some(code)),
         crate::terminal::Ended::Detached => {
             eprintln!(
                 "\r\nkubectl-sandbox: detached from {}, which runs on; attach again with: kubectl sandbox -n {} attach -it {}",
@@ -170,31 +173,57 @@ async fn attach_to(p: &Process) -> Result<u8, CliError> {
             s.waited.as_secs()
         )
     });
-    let mut input = Some(tokio::spawn(async move {
-        target.pump_stdin(tokio::io::stdin()).await
-    }));
-    let follow = follow_to_exit(p);
-    tokio::pin!(follow);
+    // One streaming attach (docs/stdin.md) carries our stdin in and the output out; it
+    // attaches again by itself when a connection breaks, losing and repeating nothing.
+    let opts = AttachOptions {
+        stdin: true,
+        ..Default::default()
+    };
+    let (input, mut output) = target.attach(opts).await?;
+    let mut pump = Some(tokio::spawn(pump(input)));
     loop {
         tokio::select! {
-            code = &mut follow => {
+            ev = output.next() => match ev {
+                Some(Ok(AttachEvent::Stdout(d))) => write_all(&mut std::io::stdout(), &d)?,
+                Some(Ok(AttachEvent::Stderr(d))) => write_all(&mut std::io::stderr(), &d)?,
                 // The process may end before it read all we had: its choice, as with a pipe.
-                if let Some(i) = input.take() {
-                    i.abort();
-                }
-                return code;
-            }
-            sent = async { input.as_mut().expect("guarded").await }, if input.is_some() => {
-                input = None;
+                Some(Ok(AttachEvent::Exit(code))) => return Ok(code.clamp(0, 255) as u8),
+                Some(Err(e)) => return Err(e.into()),
+                None => return Ok(exit_status(p.wait(None).await?)),
+            },
+            sent = async { pump.as_mut().expect("guarded").await }, if pump.is_some() => {
+                pump = None;
                 match sent {
-                    Ok(Ok(_)) => {} // all sent, stdin closed: the output goes on
-                    // It ended, or closed its stdin, first: the output says how it went.
-                    Ok(Err(e)) if e.to_string().contains("StdinUnavailable") => {}
+                    Ok(Ok(())) => {} // all sent, stdin closed: the output goes on
                     Ok(Err(e)) => return Err(e.into()),
                     Err(e) => return Err(CliError::Failed(format!("sending stdin: {e}"))),
                 }
             }
         }
+    }
+}
+
+fn write_all(w: &mut impl std::io::Write, data: &[u8]) -> Result<(), CliError> {
+    w.write_all(data)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Our stdin into the attach, closed at our EOF.
+async fn pump(mut input: AttachInput) -> Result<(), sandbox_client::Error> {
+    use tokio::io::AsyncReadExt;
+    let mut stdin = tokio::io::stdin();
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        let n = stdin
+            .read(&mut buf)
+            .await
+            .map_err(|e| sandbox_client::Error::Transport(format!("reading stdin: {e}")))?;
+        if n == 0 {
+            // Dropping the input half after this leaves the output reading on to the exit.
+            return input.close_stdin().await;
+        }
+        input.send(&buf[..n]).await?;
     }
 }
 

@@ -1,14 +1,13 @@
-//! `run -it` / `attach -it`: this terminal joined to a `tty` process's. Raw mode here (the
-//! process's own terminal does the line editing, echo and Ctrl-C), keys to its stdin by offset
-//! as they come, its output written raw as the follow brings it, window changes as resizes, and
-//! a detach sequence that leaves it running.
+//! `run -it` / `attach -it`: this terminal joined to a `tty` process's over one streaming
+//! attach. Raw mode here (the process's own terminal does the line editing, echo and Ctrl-C),
+//! keys to its stdin as they come, its output written raw as it arrives, window changes as
+//! resizes, and a detach sequence that leaves it running.
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::sync::Mutex;
 
-use futures::StreamExt;
 use nix::sys::termios::{self, SetArg, Termios};
-use sandbox_client::{LogEvent, LogOptions, Process};
+use sandbox_client::{AttachEvent, AttachOptions, Process};
 use tokio::io::AsyncReadExt;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -142,57 +141,56 @@ impl Drop for RawMode {
 
 /// How a terminal session ended.
 pub enum Ended {
-    /// The process ended so.
-    Exited(sandbox_client::Exit),
+    /// The process ended with this status.
+    Exited(u8),
     /// The detach sequence was typed: the process runs on.
     Detached,
 }
 
-/// Joins this terminal to `p` (started, with `spec.tty`): its output from `after` (None: from
-/// the beginning) until it ends or the user detaches.
+/// Joins this terminal to `p` (started, with `spec.tty`) over one streaming attach: its output
+/// from `after` (None: from the beginning) until it ends or the user detaches.
 pub async fn session(
     p: &Process,
     keys: DetachKeys,
     after: Option<String>,
 ) -> Result<Ended, CliError> {
-    let offset = p.stdin_state().await?.bytes;
     // Before raw mode: from here a SIGTERM or SIGHUP ends the session through its return
     // (raw mode restored), not by the default action.
     let mut term = signal(SignalKind::terminate())?;
     let mut hup = signal(SignalKind::hangup())?;
     let mut winch = signal(SignalKind::window_change())?;
+    let opts = AttachOptions {
+        stdin: true,
+        since: after,
+        ..Default::default()
+    };
+    let (mut input, mut output) = p.attach(opts).await?;
     let _raw = RawMode::enter()?;
     let (rows, cols) = size();
-    p.resize(rows, cols).await?; // this terminal's size, whatever the last one's was
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    input.resize(rows, cols).await?; // this terminal's size, whatever the last one's was
+    let (tx, mut keys_rx) = tokio::sync::mpsc::unbounded_channel();
     let typing = tokio::spawn(read_keys(tx, Detach::new(keys.0)));
-    let mut sending = tokio::spawn(send_keys(p.clone(), offset, rx));
-    let mut output = Box::pin(p.logs(LogOptions {
-        follow: true,
-        after,
-        ..Default::default()
-    }));
+    let mut typing_open = true;
     let ended = loop {
         tokio::select! {
             ev = output.next() => match ev {
-                Some(Ok(LogEvent::Data { data, .. })) => write_out(&data)?,
-                Some(Ok(LogEvent::Truncated { dropped_bytes, .. })) => {
-                    write_out(format!("\r\n[{dropped_bytes} bytes of output dropped here]\r\n").as_bytes())?
-                }
-                Some(Ok(LogEvent::End { .. })) | None => {
-                    break Ended::Exited(p.wait(None).await?)
-                }
+                Some(Ok(AttachEvent::Stdout(d) | AttachEvent::Stderr(d))) => write_out(&d)?,
+                Some(Ok(AttachEvent::Exit(code))) => break Ended::Exited(code.clamp(0, 255) as u8),
                 Some(Err(e)) => return Err(e.into()),
+                None => break Ended::Exited(p.wait(None).await?.code.clamp(0, 255) as u8),
+            },
+            k = keys_rx.recv(), if typing_open => match k {
+                Some(Key::Bytes(b)) => input.send(&b).await?,
+                Some(Key::Detach) => {
+                    input.detach().await?;
+                    break Ended::Detached;
+                }
+                None => typing_open = false, // our EOF: the output goes on
             },
             _ = winch.recv() => {
                 let (rows, cols) = size();
-                p.resize(rows, cols).await?;
+                input.resize(rows, cols).await?;
             }
-            sent = &mut sending => match sent {
-                Ok(Ok(())) => break Ended::Detached,
-                Ok(Err(e)) => return Err(e),
-                Err(e) => return Err(CliError::Failed(format!("sending keys: {e}"))),
-            },
             // Raw mode is restored on the way out (RawMode's drop), then we exit.
             _ = term.recv() => return Err(CliError::Failed("terminated".into())),
             _ = hup.recv() => return Err(CliError::Failed("hung up".into())),
@@ -234,31 +232,6 @@ async fn read_keys(tx: tokio::sync::mpsc::UnboundedSender<Key>, mut detach: Deta
             return;
         }
     }
-}
-
-/// Sends the keys to the process's stdin in order, exactly once (by offset), what piled up
-/// during a write in the next one; returns at the detach.
-async fn send_keys(
-    p: Process,
-    mut offset: u64,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<Key>,
-) -> Result<(), CliError> {
-    let mut detach = false;
-    while !detach {
-        let mut batch = match rx.recv().await {
-            Some(Key::Bytes(b)) => b,
-            Some(Key::Detach) => return Ok(()),
-            None => return std::future::pending().await, // our EOF: the output goes on
-        };
-        while let Ok(k) = rx.try_recv() {
-            match k {
-                Key::Bytes(b) => batch.extend_from_slice(&b),
-                Key::Detach => detach = true,
-            }
-        }
-        offset = p.send_stdin_at(offset, &batch).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -197,6 +197,36 @@ def test_stdin_goes_in_once_and_closes(sb, pod):
     p.delete()
 
 
+def test_attach_json_rpc_echo_round_trip_and_exit_code(sb, pod):
+    """issue 30: the streaming attach carries stdin and output on one WebSocket through the API
+    server; the exit code ends it, and a second attach from the first one's cursor goes on."""
+    script = 'while read -r l; do echo "{\\"result\\":$l}"; done; exit 4'
+    p = sb.start(pod, ["sh", "-c", script], stdin=True, id="py-attach")
+    a = p.attach(stdin=True)
+    events = a.events()
+    got = b""
+    for i in range(5):
+        a.send(f"{i}\n".encode())
+        want = f'{{"result":{i}}}\n'.encode()
+        while want not in got:
+            kind, data = next(events)
+            assert kind == "stdout", (kind, data)
+            got += data
+    cursor = a.resume_cursor()
+    a.detach()
+    b = p.attach(stdin=True, since=cursor)
+    b.send(b"5\n")
+    b.close_stdin()
+    rest = b""
+    for kind, data in b.events():
+        if kind == "exit":
+            assert data == 4
+            break
+        rest += data
+    assert got + rest == b"".join(f'{{"result":{i}}}\n'.encode() for i in range(6))
+    p.delete()
+
+
 def test_stdin_right_after_the_start_waits_for_it(sb, pod):
     """issue 35: start(pod, [...], stdin=True) then at once send_stdin works (no 400)."""
     p = sb.start(pod, ["cat"], stdin=True, id="py-stdin-at-once")

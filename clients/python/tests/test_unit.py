@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sandbox_client import EndedWithoutExit, InvalidArgument, ProcessFailed, exit_of, is_ready
+from sandbox_client import ApiError, EndedWithoutExit, InvalidArgument, ProcessFailed, exit_of, is_ready
 from sandbox_client._cursor import _parse_cursor, _render_cursor
 from sandbox_client._logs import _Lines
 from sandbox_client._start import _manifest
@@ -334,6 +334,31 @@ def test_a_stdin_stall_is_told_once_and_the_write_goes_on(monkeypatch):
     p.on_stdin_stall = lambda pending, waited: told.append((pending, waited >= _stdin.STDIN_STALL))
     assert p._send(0, b"abc", False) == 3
     assert told == [(3, True)], told
+
+
+def test_conformance_channel():
+    """The attach's framing and final statuses (clients/conformance/channel.json), as the Rust
+    library's sandbox_api::channel runs them."""
+    from sandbox_client import _attach
+
+    doc = _conformance("channel.json")
+    assert len(doc["frames"]) >= 4 and len(doc["status"]) >= 4, "the table lost its cases"
+    for case in doc["frames"]:
+        if case["kind"] == "stdin":
+            got = _attach.frame(_attach.STDIN, case["data"].encode())
+        elif case["kind"] == "resize":
+            got = _attach.resize_frame(case["rows"], case["cols"])
+        else:
+            got = _attach.frame(_attach.CLOSE, bytes([_attach.STDIN]))
+        assert got.hex() == case["wire_hex"], case
+    for case in doc["status"]:
+        data = json.dumps(case["status"]).encode()
+        if "exit" in case:
+            assert _attach.read_status(data) == case["exit"], case
+        else:
+            with pytest.raises(ApiError) as e:
+                _attach.read_status(data)
+            assert case["error"] in str(e.value), case
 
 
 def test_conformance_terminal():

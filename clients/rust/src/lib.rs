@@ -60,7 +60,10 @@ use sandbox_api::crd::SandboxProcess;
 pub use error::{Error, Result};
 pub use logs::{LogEvent, LogOptions, LogStream};
 pub use port::PortCheck;
-pub use process::{Killed, LogMatch, Output, Process, START_TIMEOUT};
+pub use process::{
+    AttachEvent, AttachInput, AttachOptions, AttachOutput, Killed, LogMatch, Output, Process,
+    START_TIMEOUT,
+};
 pub use sandbox_api::crd::SecurityContextSpec as SecurityContext;
 pub use sandbox_api::crd::{
     EndReason, ErrorCode, LastExitStatus, Phase, RestartPolicy, SandboxProcess as Object,

@@ -40,6 +40,8 @@ pub async fn resource_list() -> Json<serde_json::Value> {
              "kind": "SandboxProcessStdin", "verbs": ["create", "get"]},
             {"name": "sandboxprocesses/resize", "singularName": "", "namespaced": true,
              "kind": "SandboxProcessResize", "verbs": ["create"]},
+            {"name": "sandboxprocesses/attach", "singularName": "", "namespaced": true,
+             "kind": "SandboxProcessAttach", "verbs": ["get", "create"]},
             {"name": "sandboxprocesses/probe", "singularName": "", "namespaced": true,
              "kind": "SandboxProcessProbe", "verbs": ["create"]},
         ],

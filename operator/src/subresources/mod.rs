@@ -32,6 +32,7 @@
 //! One job per file: the answers to errors ([`error`]), API discovery ([`discovery`]), who calls
 //! and what they may do ([`authorization`]), where the process and its agent are ([`locate`]),
 //! and one handler per subresource ([`log`], [`signal`], [`stdin`], [`resize`], [`probe`]).
+mod attach;
 mod authorization;
 mod discovery;
 mod error;
@@ -106,6 +107,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route(&format!("{process}/signal"), post(signal::signal))
         .route(&format!("{process}/probe"), post(probe::probe))
         .route(&format!("{process}/resize"), post(resize::resize))
+        .route(&format!("{process}/attach"), get(attach::attach))
         .route(
             &format!("{process}/stdin"),
             post(stdin::stdin)

@@ -53,6 +53,19 @@ pub fn body(
     query: LogQuery,
     first: reqwest::Response,
 ) -> Body {
+    let mut rx = lines(agents, url, id, query, first);
+    Body::from_stream(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+}
+
+/// The relayed lines (events and keepalives, each ending in a newline) of the agent's answer
+/// `first` to `query`, with reconnects; an error breaks the read.
+pub fn lines(
+    agents: AgentClient,
+    url: String,
+    id: String,
+    query: LogQuery,
+    first: reqwest::Response,
+) -> mpsc::Receiver<Result<Bytes, std::io::Error>> {
     let connect: Connect = Box::new(move |q: LogQuery| {
         let (agents, url, id) = (agents.clone(), url.clone(), id.clone());
         async move {
@@ -64,9 +77,9 @@ pub fn body(
         }
         .boxed()
     });
-    let (tx, mut rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(run(connect, query, chunks(first), Timing::default(), tx));
-    Body::from_stream(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+    rx
 }
 
 fn chunks(resp: reqwest::Response) -> Chunks {

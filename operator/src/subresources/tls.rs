@@ -134,7 +134,11 @@ async fn connection(
         .timer(hyper_util::rt::TokioTimer::new())
         .keep_alive_interval(Some(H2_PING))
         .keep_alive_timeout(H2_PING_ANSWER);
-    if let Err(e) = builder.serve_connection(TokioIo::new(tls), svc).await {
+    // With upgrades: `attach` becomes a WebSocket (over HTTP/1.1, as the API server proxies it).
+    if let Err(e) = builder
+        .serve_connection_with_upgrades(TokioIo::new(tls), svc)
+        .await
+    {
         debug!(%remote, error = %e, "connection");
     }
 }

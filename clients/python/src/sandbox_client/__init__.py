@@ -10,6 +10,7 @@ Kubernetes object: it outlives this program, and any client reattaches by id
 >>> p.wait().code                                          # doctest: +SKIP
 3
 """
+from ._attach import Attached
 from ._control import Killed
 from ._logs import LogEvent
 from ._output import LogMatch, Output

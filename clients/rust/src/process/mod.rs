@@ -13,12 +13,14 @@ use crate::error::{Error, Result};
 use crate::logs;
 use crate::stdin::{StallHook, StdinStall};
 
+mod attach;
 mod control;
 mod output;
 mod stdin;
 mod terminal;
 mod wait;
 
+pub use attach::{AttachEvent, AttachInput, AttachOptions, AttachOutput};
 pub use control::Killed;
 pub use output::{LogMatch, Output};
 

@@ -1,0 +1,285 @@
+//! The streaming attach (`sandboxprocesses/attach`, a WebSocket through the API server's
+//! aggregation proxy) as the Rust client uses it: stdin and output on one connection, the exit
+//! code at its end, resuming output and stdin across reconnects, a terminal resized through it,
+//! and who may attach. Run by e2e/suite.
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use sandbox_client::{AttachEvent, AttachOptions, AttachOutput, Start};
+use sandbox_e2e::manifests::pod;
+use sandbox_e2e::{with_ns, TestNs};
+
+/// Output until `want` appears in it (or the exit, or 60 s): what came, and the exit if any.
+async fn read_until(out: &mut AttachOutput, want: &[u8]) -> Result<(Vec<u8>, Option<i32>)> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !contains(&got, want) {
+        let ev = tokio::time::timeout_at(deadline.into(), out.next())
+            .await
+            .with_context(|| {
+                format!(
+                    "no {:?} in 60 s; got {:?}",
+                    String::from_utf8_lossy(want),
+                    String::from_utf8_lossy(&got)
+                )
+            })?;
+        match ev {
+            Some(Ok(AttachEvent::Stdout(d) | AttachEvent::Stderr(d))) => got.extend(d),
+            Some(Ok(AttachEvent::Exit(code))) => return Ok((got, Some(code))),
+            Some(Err(e)) => return Err(e).context("attach output"),
+            None => bail!("the output ended; got {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+    Ok((got, None))
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The digest as this machine's `sha256sum` prints it.
+fn sha256_hex(data: &[u8]) -> Result<String> {
+    use std::io::Write;
+    let mut c = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    c.stdin.take().context("stdin")?.write_all(data)?;
+    let out = c.wait_with_output()?;
+    let text = String::from_utf8(out.stdout)?;
+    Ok(text
+        .split_whitespace()
+        .next()
+        .context("no digest")?
+        .to_string())
+}
+
+async fn exit_of(out: &mut AttachOutput) -> Result<(Vec<u8>, i32)> {
+    match read_until(out, b"\0never\0").await {
+        Ok((got, Some(code))) => Ok((got, code)),
+        Ok((got, None)) => bail!("no exit after {got:?}"),
+        Err(e) => Err(e),
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn attach_carries_stdin_and_both_streams_and_ends_with_the_exit_code() {
+    with_ns("attach-rpc", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        // A JSON-RPC-style echo server on stdio: one answer line per request line.
+        let script =
+            r#"while read -r l; do echo "{\"result\":$l}"; echo "seen $l" >&2; done; exit 3"#;
+        let p = t
+            .sandbox
+            .start(
+                Start::new("work", ["sh", "-c", script])
+                    .id("rpc")
+                    .stdin(true),
+            )
+            .await?;
+        let (mut input, mut out) = p
+            .attach(AttachOptions {
+                stdin: true,
+                ..Default::default()
+            })
+            .await?;
+        let mut rtts = Vec::new();
+        for i in 0..20 {
+            let t0 = Instant::now();
+            input.send(format!("{i}\n").as_bytes()).await?;
+            read_until(&mut out, format!("{{\"result\":{i}}}\n").as_bytes()).await?;
+            rtts.push(t0.elapsed());
+        }
+        read_until(&mut out, b"seen 19\n").await?;
+        input.close_stdin().await?;
+        let (_, code) = exit_of(&mut out).await?;
+        ensure!(code == 3, "exit code {code}, want 3");
+        rtts.sort();
+        println!(
+            "note: JSON-RPC line round trip through the attach: median {:?}, max {:?}",
+            rtts[10], rtts[19]
+        );
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn a_second_attach_from_the_first_ones_cursor_repeats_and_misses_nothing() {
+    with_ns("attach-resume", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let p = t
+            .sandbox
+            .start(
+                Start::new("work", ["sh", "-c", "seq 1 60000; seq 1 3000 >&2; exit 5"]).id("seq"),
+            )
+            .await?;
+        let (input, mut out) = p.attach(AttachOptions::default()).await?;
+        let (first, _) = read_until(&mut out, b"\n20000\n").await?;
+        let cursor = out.resume_cursor();
+        input.detach().await?;
+        drop(out);
+        let (_input, mut out) = p
+            .attach(AttachOptions {
+                since: Some(cursor.clone()),
+                ..Default::default()
+            })
+            .await?;
+        let (rest, code) = exit_of(&mut out).await?;
+        ensure!(code == 5, "exit code {code}, want 5");
+        // Both streams in the order the process wrote them: stdout's lines, then stderr's.
+        let all = [first, rest].concat();
+        let want: String = (1..=60000)
+            .chain(1..=3000)
+            .map(|n| format!("{n}\n"))
+            .collect();
+        ensure!(
+            all == want.as_bytes(),
+            "{} bytes after two attaches (resumed at {cursor}), want {}",
+            all.len(),
+            want.len()
+        );
+        Ok(())
+    })
+    .await;
+}
+
+/// 8 MiB into `sha256sum` over attaches cut mid-stream: each reconnect asks where stdin is and
+/// sends from there, so the digest is that of the bytes sent, each taken once.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn stdin_over_cut_attaches_arrives_exactly_once() {
+    with_ns("attach-once", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let p = t
+            .sandbox
+            .start(Start::new("work", ["sha256sum"]).id("sum").stdin(true))
+            .await?;
+        let data: Vec<u8> = (0..8u32 << 20)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        let want = sha256_hex(&data)?;
+        let mut cuts = 0;
+        loop {
+            let at = p.stdin_state().await?.bytes as usize;
+            let opts = AttachOptions {
+                stdin: true,
+                stdin_offset: Some(at as u64),
+                ..Default::default()
+            };
+            let (mut input, out) = p.attach(opts).await?;
+            let end = (at + (3 << 20)).min(data.len());
+            input.send(&data[at..end]).await?;
+            if end == data.len() {
+                input.close_stdin().await?;
+                let mut out = out;
+                let (got, code) = exit_of(&mut out).await?;
+                ensure!(code == 0, "sha256sum exit {code}");
+                let got = String::from_utf8_lossy(&got);
+                ensure!(
+                    got.starts_with(&want),
+                    "digest {got:?}, want {want} (after {cuts} cuts)"
+                );
+                break;
+            }
+            // Cut without waiting: whatever the operator had not written yet is sent again.
+            input.detach().await?;
+            cuts += 1;
+        }
+        println!(
+            "note: 8 MiB through sha256sum over {} attaches, digest exact",
+            cuts + 1
+        );
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn a_terminal_resized_through_the_attach_sees_its_new_size() {
+    with_ns("attach-tty", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let p = t
+            .sandbox
+            .start(
+                Start::new("work", ["sh", "-i"])
+                    .id("term")
+                    .tty(true)
+                    .terminal(30, 100),
+            )
+            .await?;
+        let (mut input, mut out) = p
+            .attach(AttachOptions {
+                stdin: true,
+                ..Default::default()
+            })
+            .await?;
+        input.send(b"stty size\n").await?;
+        read_until(&mut out, b"30 100\r\n").await?;
+        input.resize(50, 120).await?;
+        input.send(b"stty size\n").await?;
+        read_until(&mut out, b"50 120\r\n").await?;
+        input.send(b"exit 7\n").await?;
+        let (_, code) = exit_of(&mut out).await?;
+        ensure!(code == 7, "exit code {code}, want 7");
+        Ok(())
+    })
+    .await;
+}
+
+async fn attach_as(t: &TestNs, user: &str) -> Result<Result<(), String>> {
+    let t = t.as_user(user).await?;
+    Ok(
+        match t
+            .sandbox
+            .process("cat")
+            .attach(AttachOptions {
+                stdin: true,
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        },
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn edit_may_attach_view_may_not() {
+    with_ns("attach-rbac", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        t.sandbox
+            .start(Start::new("work", ["cat"]).id("cat").stdin(true))
+            .await?
+            .wait_started(Some(Duration::from_secs(60)))
+            .await?;
+        for (role, user) in [("edit", "spo-attach-editor"), ("view", "spo-attach-viewer")] {
+            let binding = format!("attach-{role}");
+            t.kubectl(&[
+                "create",
+                "rolebinding",
+                &binding,
+                &format!("--clusterrole={role}"),
+                &format!("--user={user}"),
+            ])
+            .await?;
+        }
+        if let Err(e) = attach_as(&t, "spo-attach-editor").await? {
+            bail!("edit cannot attach: {e}");
+        }
+        match attach_as(&t, "spo-attach-viewer").await? {
+            Ok(()) => bail!("view attached"),
+            Err(e) => ensure!(
+                e.to_lowercase().contains("forbidden"),
+                "view refused how? {e}"
+            ),
+        }
+        Ok(())
+    })
+    .await;
+}

@@ -1,0 +1,213 @@
+//! `GET …/attach` upgraded to a WebSocket speaking Kubernetes' remote-command protocol
+//! (`v5.channel.k8s.io`, `v4.channel.k8s.io`: [`sandbox_api::channel`]): the process's stdin,
+//! its output from a cursor, terminal resizes and, at the end, its exit code, on one
+//! connection through the API server's aggregation proxy (docs/stdin.md). Authorized like a
+//! stdin write: `update` on the object and `create pods/exec` on its pod.
+mod session;
+
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::Response;
+use axum::Extension;
+use sandbox_api::channel::PROTOCOLS;
+use sandbox_api::cursor::Cursor;
+use sandbox_api::wire::MAX_STDIN_WRITE;
+use serde::Deserialize;
+
+use super::authorization::{authorized_process, caller, Needs};
+use super::error::{Result, SubresourceError};
+use super::server::Server;
+use super::tls::Peer;
+
+/// Attaching is what `kubectl attach` is to a pod: the rights of a stdin write.
+const NEEDS: Needs = Needs {
+    verb: "update",
+    exec: Some("attaching to"),
+};
+
+/// Query parameters as `kubectl attach` names them, and where to resume: `since` (an output
+/// cursor: what follows it is sent) and `stdinOffset` (the offset of the first stdin byte this
+/// connection sends; without it, stdin's current end).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AttachParams {
+    stdin: Option<String>,
+    stdout: Option<String>,
+    stderr: Option<String>,
+    tty: Option<String>,
+    since: Option<String>,
+    stdin_offset: Option<String>,
+    /// Sent by pod-minded clients; a process has one container.
+    container: Option<String>,
+}
+
+fn flag(name: &str, v: Option<&str>, default: bool) -> Result<bool> {
+    match v {
+        None => Ok(default),
+        Some("true") | Some("1") | Some("") => Ok(true),
+        Some("false") | Some("0") => Ok(false),
+        Some(other) => Err(SubresourceError::BadRequest(format!(
+            "{name}: {other:?} is not true or false"
+        ))),
+    }
+}
+
+impl AttachParams {
+    fn options(self) -> Result<session::Options> {
+        // Pod-minded clients name a container; a process has exactly one.
+        drop(self.container);
+        let since = match self.since.as_deref().filter(|s| !s.is_empty()) {
+            None => Cursor::default(),
+            Some(s) => {
+                Cursor::parse(s).map_err(|e| SubresourceError::BadRequest(format!("since: {e}")))?
+            }
+        };
+        let stdin_offset = match self.stdin_offset.as_deref() {
+            None => None,
+            Some(v) => Some(v.parse::<u64>().map_err(|_| {
+                SubresourceError::BadRequest(format!("stdinOffset: {v:?} is not a byte offset"))
+            })?),
+        };
+        Ok(session::Options {
+            stdin: flag("stdin", self.stdin.as_deref(), false)?,
+            stdout: flag("stdout", self.stdout.as_deref(), true)?,
+            stderr: flag("stderr", self.stderr.as_deref(), true)?,
+            tty: self
+                .tty
+                .as_deref()
+                .map(|v| flag("tty", Some(v), false))
+                .transpose()?,
+            since,
+            stdin_offset,
+        })
+    }
+}
+
+/// The first protocol of ours the client offers, or a refusal that names them.
+fn protocol(headers: &HeaderMap) -> Result<&'static str> {
+    let offered: Vec<&str> = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    offered
+        .iter()
+        .find_map(|o| PROTOCOLS.iter().find(|p| *p == o).copied())
+        .ok_or_else(|| {
+            SubresourceError::BadRequest(format!(
+                "attach: Sec-WebSocket-Protocol offers none of {} (offered: {offered:?})",
+                PROTOCOLS.join(", ")
+            ))
+        })
+}
+
+pub async fn attach(
+    State(server): State<Arc<Server>>,
+    Extension(peer): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+    params: std::result::Result<Query<AttachParams>, QueryRejection>,
+    headers: HeaderMap,
+    upgrade: std::result::Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response> {
+    let user = caller(&server, &peer, &headers)?;
+    let Query(p) = params.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
+    let opts = p.options()?;
+    let upgrade = upgrade.map_err(|e| {
+        SubresourceError::BadRequest(format!(
+            "attach: a WebSocket upgrade is required ({}; protocols {})",
+            e.body_text(),
+            PROTOCOLS.join(", ")
+        ))
+    })?;
+    let proto = protocol(&headers)?;
+    let at = authorized_process(&server, &user, &namespace, &name, NEEDS).await?;
+    if opts.tty == Some(true) && !at.tty {
+        return Err(SubresourceError::Conflict(format!(
+            "TerminalUnavailable: sandboxprocess \"{name}\" runs without a terminal (spec.tty)"
+        )));
+    }
+    let s = session::Session {
+        agents: server.agents.client.clone(),
+        at,
+        name,
+        opts,
+        v5: proto == sandbox_api::channel::V5,
+    };
+    Ok(upgrade
+        .protocols([proto])
+        .max_message_size(MAX_STDIN_WRITE + 1)
+        .on_upgrade(move |socket| session::run(socket, s)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_refused_by_name() {
+        let o = AttachParams {
+            stdin: Some("true".into()),
+            since: Some("c9+12".into()),
+            stdin_offset: Some("42".into()),
+            ..Default::default()
+        }
+        .options()
+        .unwrap();
+        assert!(o.stdin && o.stdout && o.stderr && o.tty.is_none());
+        assert_eq!(o.since.skip, 12);
+        assert_eq!(o.stdin_offset, Some(42));
+        for (p, field) in [
+            (
+                AttachParams {
+                    stdin: Some("yes".into()),
+                    ..Default::default()
+                },
+                "stdin:",
+            ),
+            (
+                AttachParams {
+                    tty: Some("2".into()),
+                    ..Default::default()
+                },
+                "tty:",
+            ),
+            (
+                AttachParams {
+                    stdin_offset: Some("-1".into()),
+                    ..Default::default()
+                },
+                "stdinOffset:",
+            ),
+        ] {
+            let e = p.options().unwrap_err().to_string();
+            assert!(e.starts_with(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_protocol_is_the_clients_first_of_ours() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            "base64.channel.k8s.io, v4.channel.k8s.io, v5.channel.k8s.io"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(protocol(&h).unwrap(), "v4.channel.k8s.io");
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            "channel.k8s.io".parse().unwrap(),
+        );
+        assert!(protocol(&h)
+            .unwrap_err()
+            .to_string()
+            .contains("v5.channel.k8s.io"));
+    }
+}

@@ -1,0 +1,339 @@
+//! One attach connection: output relayed from the agent as stdout/stderr frames, stdin frames
+//! written by offset (exactly once, with the pipe's back-pressure: no frame is read while a
+//! write waits), resizes, and the exit code as the final status. The connection holds nothing
+//! the process needs: when it ends, the process runs on, stdin stays open, and a client
+//! attaches again from its cursor and stdin offset.
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::ws::{Message, WebSocket};
+use base64::Engine;
+use futures::stream::{SplitSink, SplitStream};
+use futures::{FutureExt, SinkExt, StreamExt};
+use sandbox_api::channel::{exit_status, failure, Frame, STDIN};
+use sandbox_api::cursor::Cursor;
+use sandbox_api::wire::{
+    log_line_is_keepalive, ErrorCode, LogEvent, LogQuery, LogStream, ProcessRecord, StdinState,
+    LOG_KEEPALIVE, MAX_STDIN_WRITE,
+};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tracing::{debug, info};
+
+use super::super::locate::Located;
+use super::super::relay;
+use crate::agent::{AgentClient, AgentError};
+
+#[derive(Debug)]
+pub struct Options {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    /// What the client asked (`None`: whatever the process has).
+    pub tty: Option<bool>,
+    pub since: Cursor,
+    pub stdin_offset: Option<u64>,
+}
+
+pub struct Session {
+    pub agents: AgentClient,
+    pub at: Located,
+    pub name: String,
+    pub opts: Options,
+    pub v5: bool,
+}
+
+/// Why a session ended before the process did: the final status says it.
+struct Ended(Value);
+
+type Out = mpsc::Sender<Message>;
+
+pub async fn run(socket: WebSocket, s: Session) {
+    let (sink, stream) = socket.split();
+    let (tx, rx) = mpsc::channel::<Message>(16);
+    let writer = tokio::spawn(write(sink, rx));
+    let end = tokio::select! {
+        e = output(&s, &tx) => e,
+        e = input(&s, stream) => e,
+    };
+    if let Some(Ended(status)) = end {
+        let frame = Frame::Status(&serde_json::to_vec(&status).expect("a status is JSON")).encode();
+        let _ = tx.send(Message::Binary(frame.into())).await;
+    }
+    let _ = tx.send(Message::Close(None)).await;
+    drop(tx);
+    let _ = writer.await;
+    debug!(name = %s.name, "attach session ended");
+}
+
+/// Everything to the client goes through here, with a ping after `LOG_KEEPALIVE` of silence so
+/// that every hop (the API server's proxy included) sees a live connection.
+async fn write(mut sink: SplitSink<WebSocket, Message>, mut rx: mpsc::Receiver<Message>) {
+    loop {
+        let m = match tokio::time::timeout(LOG_KEEPALIVE, rx.recv()).await {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(_) => Message::Ping(Bytes::from_static(b"keepalive")),
+        };
+        let close = matches!(m, Message::Close(_));
+        if sink.send(m).await.is_err() || close {
+            break;
+        }
+    }
+    let _ = sink.close().await;
+}
+
+fn agent_failure(e: AgentError) -> Ended {
+    Ended(failure(
+        "ServiceUnavailable",
+        &format!("{e}; attach again to resume"),
+    ))
+}
+
+/// The output from the cursor asked, then the exit. `Some`: the status to end with; `None`: the
+/// client went away.
+async fn output(s: &Session, tx: &Out) -> Option<Ended> {
+    let stream = match (s.opts.stdout, s.opts.stderr || s.at.tty) {
+        (true, true) => LogStream::Both,
+        (true, false) => LogStream::Stdout,
+        (false, true) => LogStream::Stderr,
+        (false, false) => return std::future::pending().await,
+    };
+    let query = LogQuery {
+        since: s.opts.since.agent.clone(),
+        follow: true,
+        stream: Some(stream),
+        ..Default::default()
+    };
+    let (url, id) = (&s.at.agent, &s.at.exec_id);
+    let first = match s.agents.logs(url, id, &query).await {
+        Ok(r) => r,
+        Err(e) => return Some(agent_failure(e)),
+    };
+    let mut lines = relay::lines(s.agents.clone(), url.clone(), id.clone(), query, first);
+    let mut skip = s.opts.since.skip;
+    while let Some(line) = lines.recv().await {
+        let line = match line {
+            Ok(_) if tx.is_closed() => return None,
+            Ok(l) if log_line_is_keepalive(&l) => continue,
+            Ok(l) => l,
+            Err(e) => {
+                return Some(Ended(failure(
+                    "ServiceUnavailable",
+                    &format!("{e}; attach again to resume"),
+                )))
+            }
+        };
+        let event: LogEvent = match serde_json::from_slice(&line) {
+            Ok(e) => e,
+            Err(e) => {
+                return Some(Ended(failure(
+                    "InternalError",
+                    &format!("a log event: {e}"),
+                )))
+            }
+        };
+        match event {
+            LogEvent::Data { stream, data, .. } => {
+                let mut bytes = base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .unwrap_or_default();
+                // A cursor `C+n` resumes n bytes after C: drop them, across events.
+                let drop = skip.min(bytes.len() as u64) as usize;
+                skip -= drop as u64;
+                bytes.drain(..drop);
+                if bytes.is_empty() {
+                    continue;
+                }
+                let frame = match stream {
+                    LogStream::Stderr => Frame::Stderr(&bytes),
+                    _ => Frame::Stdout(&bytes),
+                };
+                if tx
+                    .send(Message::Binary(frame.encode().into()))
+                    .await
+                    .is_err()
+                {
+                    return None;
+                }
+            }
+            LogEvent::End {
+                record: Some(r), ..
+            } => return Some(Ended(end_status(&r))),
+            LogEvent::End { record: None, .. } | LogEvent::More { .. } => {
+                return Some(Ended(failure(
+                    "ServiceUnavailable",
+                    "the output ended early; attach again to resume",
+                )))
+            }
+            LogEvent::Truncated { .. } => {}
+        }
+    }
+    Some(Ended(failure(
+        "ServiceUnavailable",
+        "the node's agent ended the output; attach again to resume",
+    )))
+}
+
+/// The exit code as kubectl reads it, or why there is none.
+fn end_status(r: &ProcessRecord) -> Value {
+    match (&r.exit, &r.error) {
+        (Some(exit), _) => exit_status(exit.code),
+        (None, Some(e)) => failure("InternalError", &format!("{}: {}", e.code, e.message)),
+        (None, None) => failure("InternalError", "the process ended without an exit code"),
+    }
+}
+
+/// Frames from the client until it closes. `Some`: the status to end with.
+/// `None`: the client went away (the process runs on).
+async fn input(s: &Session, mut stream: SplitStream<WebSocket>) -> Option<Ended> {
+    let mut stdin = Stdin {
+        s,
+        offset: s.opts.stdin_offset,
+    };
+    let mut held: Option<Message> = None;
+    loop {
+        let msg = match held.take() {
+            Some(m) => m,
+            None => match stream.next().await {
+                Some(Ok(m)) => m,
+                Some(Err(_)) | None => return None,
+            },
+        };
+        let data = match msg {
+            Message::Binary(b) => b,
+            Message::Close(_) => return None,
+            _ => continue,
+        };
+        match Frame::decode(&data) {
+            Ok(Frame::Stdin(first)) if s.opts.stdin => {
+                // Frames already here join this write (up to one write's size), so a fast
+                // writer pays one agent request per batch, not per frame.
+                let mut buf = first.to_vec();
+                while buf.len() < MAX_STDIN_WRITE {
+                    match stream.next().now_or_never() {
+                        Some(Some(Ok(Message::Binary(b)))) if b.first() == Some(&STDIN) => {
+                            buf.extend_from_slice(&b[1..])
+                        }
+                        Some(Some(Ok(m))) => {
+                            held = Some(m);
+                            break;
+                        }
+                        _ => break,
+                    }
+                }
+                if let Err(e) = stdin.write(&buf, false).await {
+                    return Some(e);
+                }
+            }
+            // v4 has no close channel: its clients end stdin with a one-shot `close` write.
+            Ok(Frame::Close(STDIN)) if s.opts.stdin && s.v5 => {
+                if let Err(e) = stdin.write(&[], true).await {
+                    return Some(e);
+                }
+            }
+            Ok(Frame::Resize(size)) if s.at.tty => {
+                if let Err(e) = s.agents.resize(&s.at.agent, &s.at.exec_id, size).await {
+                    info!(name = %s.name, error = %e, "attach: resize");
+                }
+            }
+            Ok(Frame::Resize(_)) => {}
+            Ok(f) => {
+                let m = format!("attach: {f:?} was not expected (stdin={})", s.opts.stdin);
+                return Some(Ended(failure("BadRequest", &m)));
+            }
+            Err(e) => return Some(Ended(failure("BadRequest", &format!("attach: {e}")))),
+        }
+    }
+}
+
+/// Stdin by offset: each batch is written at the offset after the last one the supervisor
+/// took; what the pipe has no room for is sent again after a pause (back-pressure).
+struct Stdin<'a> {
+    s: &'a Session,
+    offset: Option<u64>,
+}
+
+impl Stdin<'_> {
+    async fn state(&self) -> Result<StdinState, Ended> {
+        let rec = self
+            .s
+            .agents
+            .get(&self.s.at.agent, &self.s.at.exec_id)
+            .await
+            .map_err(agent_failure)?;
+        rec.and_then(|r| r.stdin).ok_or_else(|| {
+            Ended(failure(
+                "Conflict",
+                "StdinUnavailable: the process has no stdin",
+            ))
+        })
+    }
+
+    async fn write(&mut self, data: &[u8], close: bool) -> Result<(), Ended> {
+        let start = match self.offset {
+            Some(o) => o,
+            None => self.state().await?.bytes,
+        };
+        let end = start + data.len() as u64;
+        let (mut at, mut pause) = (start, Duration::from_millis(2));
+        loop {
+            let from = (at - start) as usize;
+            let body = Bytes::copy_from_slice(&data[from..]);
+            let r = self
+                .s
+                .agents
+                .stdin(&self.s.at.agent, &self.s.at.exec_id, at, body, close)
+                .await;
+            match r {
+                Ok(st) if st.bytes >= end => {
+                    self.offset = Some(end);
+                    return Ok(());
+                }
+                Ok(st) => {
+                    at = st.bytes.max(at);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err(e) if e.api_code() == Some(ErrorCode::StdinUnavailable) => {
+                    // Ended or closed: the output's end says how; input after it is moot.
+                    self.offset = Some(end);
+                    return Ok(());
+                }
+                Err(e) if e.api_code() == Some(ErrorCode::StdinOffsetMismatch) => {
+                    at = self.overlap(data, start, at).await?;
+                }
+                Err(AgentError::Api { error, .. }) => {
+                    let m = format!("{}: {}", error.code, error.message);
+                    return Err(Ended(failure("Conflict", &m)));
+                }
+                Err(e) => return Err(agent_failure(e)),
+            }
+        }
+    }
+
+    /// A write from `at` straddled stdin's end: an earlier connection of the same client (cut,
+    /// its last write landing after this one asked where stdin was) took part of these bytes.
+    /// That part is sent again as a retry, which the supervisor acknowledges only if the bytes
+    /// are the same (else `StdinConflict`); the rest goes on from the end. A gap is refused.
+    async fn overlap(&self, data: &[u8], start: u64, at: u64) -> Result<u64, Ended> {
+        let end_now = self.state().await?.bytes;
+        let upto = end_now.min(start + data.len() as u64);
+        if upto <= at {
+            let m = format!(
+                "StdinOffsetMismatch: stdin is at byte {end_now}, this attach writes from {at}"
+            );
+            return Err(Ended(failure("Conflict", &m)));
+        }
+        let part = Bytes::copy_from_slice(&data[(at - start) as usize..(upto - start) as usize]);
+        let (url, id) = (&self.s.at.agent, &self.s.at.exec_id);
+        match self.s.agents.stdin(url, id, at, part, false).await {
+            Ok(_) => Ok(upto),
+            Err(AgentError::Api { error, .. }) => {
+                let m = format!("{}: {}", error.code, error.message);
+                Err(Ended(failure("Conflict", &m)))
+            }
+            Err(e) => Err(agent_failure(e)),
+        }
+    }
+}
