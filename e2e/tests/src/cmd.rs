@@ -55,6 +55,17 @@ pub async fn run(
 }
 
 /// Runs a command that must succeed; its stdout.
+/// The SHA-256 of `data` as this machine's `sha256sum` prints it (what a process's
+/// `sha256sum` of the same bytes prints first).
+pub async fn sha256_of(data: &[u8]) -> Result<String> {
+    let out = run("sha256sum", &[], Some(data), Duration::from_secs(60)).await?;
+    out.stdout
+        .split_whitespace()
+        .next()
+        .map(str::to_string)
+        .context("sha256sum printed nothing")
+}
+
 pub async fn ok(program: &str, args: &[&str]) -> Result<String> {
     let out = run(program, args, None, Duration::from_secs(120)).await?;
     if !out.success() {

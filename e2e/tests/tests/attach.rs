@@ -37,23 +37,6 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
 }
 
-/// The digest as this machine's `sha256sum` prints it.
-fn sha256_hex(data: &[u8]) -> Result<String> {
-    use std::io::Write;
-    let mut c = std::process::Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()?;
-    c.stdin.take().context("stdin")?.write_all(data)?;
-    let out = c.wait_with_output()?;
-    let text = String::from_utf8(out.stdout)?;
-    Ok(text
-        .split_whitespace()
-        .next()
-        .context("no digest")?
-        .to_string())
-}
-
 async fn exit_of(out: &mut AttachOutput) -> Result<(Vec<u8>, i32)> {
     match read_until(out, b"\0never\0").await {
         Ok((got, Some(code))) => Ok((got, code)),
@@ -160,7 +143,7 @@ async fn stdin_over_cut_attaches_arrives_exactly_once() {
         let data: Vec<u8> = (0..8u32 << 20)
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
             .collect();
-        let want = sha256_hex(&data)?;
+        let want = sandbox_e2e::cmd::sha256_of(&data).await?;
         let mut cuts = 0;
         loop {
             let at = p.stdin_state().await?.bytes as usize;

@@ -533,3 +533,90 @@ async fn a_restart_comes_at_its_time_across_an_agent_pod_deletion() {
     })
     .await;
 }
+
+/// Output of an attach until its exit (or `within`): the bytes, and the exit code.
+async fn attach_to_exit(
+    out: &mut sandbox_client::AttachOutput,
+    within: Duration,
+) -> Result<(Vec<u8>, i32)> {
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let ev = tokio::time::timeout_at(deadline, out.next())
+            .await
+            .with_context(|| format!("no exit in {within:?} after {} bytes", got.len()))?;
+        match ev {
+            Some(Ok(sandbox_client::AttachEvent::Exit(code))) => return Ok((got, code)),
+            Some(Ok(
+                sandbox_client::AttachEvent::Stdout(d) | sandbox_client::AttachEvent::Stderr(d),
+            )) => got.extend(d),
+            Some(Err(e)) => return Err(e).context("attach output"),
+            None => bail!("the attach ended without an exit after {} bytes", got.len()),
+        }
+    }
+}
+
+/// issue 30: node 1's agent pod deleted while a terminal session and a plain attach stream. Both
+/// attach again by themselves: 64 MiB through `sha256sum` are taken exactly once (the digest),
+/// and the terminal's 400 numbered lines arrive each once, in order.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn agent_pod_deleted_mid_attach_both_go_on_stdin_once_output_exact() {
+    use sandbox_client::{AttachOptions, Start};
+    with_ns("suitef-attach", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let sum = t
+            .sandbox
+            .start(Start::new("work", ["sha256sum"]).id("sum").stdin(true))
+            .await?;
+        let term = t
+            .sandbox
+            .start(Start::new("work", ["sh", "-i"]).id("term").tty(true))
+            .await?;
+        let stdin = AttachOptions {
+            stdin: true,
+            ..Default::default()
+        };
+        let (mut sum_in, mut sum_out) = sum.attach(stdin.clone()).await?;
+        let (mut term_in, mut term_out) = term.attach(stdin).await?;
+        let data: Vec<u8> = (0..64u32 << 20)
+            .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+            .collect();
+        let want = cmd::sha256_of(&data).await?;
+        let ticks =
+            "i=0; while [ $i -lt 400 ]; do echo tick-$i; i=$((i+1)); sleep 0.05; done; exit 9\n";
+        term_in.send(ticks.as_bytes()).await?;
+        let feeding = tokio::spawn(async move {
+            for chunk in data.chunks(1 << 20) {
+                sum_in.send(chunk).await?;
+            }
+            sum_in.close_stdin().await?;
+            anyhow::Ok(sum_in)
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        release::replace_agents(&t.client).await?;
+        let _sum_in = feeding.await??;
+        let (digest, code) = attach_to_exit(&mut sum_out, Duration::from_secs(180)).await?;
+        ensure!(code == 0, "sha256sum exited {code}");
+        let digest = String::from_utf8_lossy(&digest);
+        ensure!(digest.starts_with(&want), "digest {digest:?}, want {want}");
+        let (screen, code) = attach_to_exit(&mut term_out, Duration::from_secs(120)).await?;
+        ensure!(code == 9, "the terminal's shell exited {code}");
+        let re = regex_lite::Regex::new(r"tick-([0-9]+)\r\n").expect("regex");
+        let seen: Vec<u32> = re
+            .captures_iter(&String::from_utf8_lossy(&screen))
+            .map(|c| c[1].parse().expect("digits"))
+            .collect();
+        ensure!(
+            seen == (0..400).collect::<Vec<u32>>(),
+            "ticks seen: {} ({:?}…)",
+            seen.len(),
+            &seen[..seen.len().min(20)]
+        );
+        println!(
+            "note: agent replaced mid-attach: 64 MiB digest exact, 400 terminal lines each once"
+        );
+        Ok(())
+    })
+    .await;
+}

@@ -7,7 +7,7 @@ use futures::stream::BoxStream;
 use futures::{Sink, SinkExt, StreamExt};
 use sandbox_api::channel::{read_status, Frame, STDIN};
 use sandbox_api::cursor::Cursor;
-use sandbox_api::wire::{TerminalSize, MAX_STDIN_WRITE};
+use sandbox_api::wire::{TerminalSize, LOG_SILENCE_LIMIT, MAX_STDIN_WRITE};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
@@ -140,6 +140,9 @@ impl Task {
     ) {
         let mut input_open = true;
         let mut tick = tokio::time::interval(ACK_EVERY);
+        // The server pings after LOG_KEEPALIVE of silence: hearing nothing for
+        // LOG_SILENCE_LIMIT means a connection dead without FIN or RST, not an idle process.
+        let mut heard_at = tokio::time::Instant::now();
         loop {
             let heard = tokio::select! {
                 c = cmds.recv(), if input_open && self.unacked.len() < MAX_UNACKED => match c {
@@ -149,7 +152,14 @@ impl Task {
                         Heard::Nothing
                     }
                 },
-                m = link.stream.next() => hear(m),
+                m = link.stream.next() => {
+                    heard_at = tokio::time::Instant::now();
+                    hear(m)
+                }
+                _ = tokio::time::sleep_until(heard_at + LOG_SILENCE_LIMIT) => {
+                    heard_at = tokio::time::Instant::now();
+                    Heard::Broken("nothing heard from the server".into())
+                }
                 _ = events.closed() => return,
                 _ = tick.tick(), if !self.unacked.is_empty() => {
                     self.trim().await;
