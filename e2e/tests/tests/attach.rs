@@ -233,7 +233,7 @@ async fn attach_as(t: &TestNs, user: &str) -> Result<Result<(), String>> {
 
 #[tokio::test]
 #[ignore = "needs the test cluster: run by e2e/suite"]
-async fn edit_may_attach_view_may_not() {
+async fn edit_may_attach_view_and_edit_without_pods_exec_may_not() {
     with_ns("attach-rbac", |t| async move {
         t.pods([pod("work", None)]).await?;
         t.sandbox
@@ -260,6 +260,37 @@ async fn edit_may_attach_view_may_not() {
             Err(e) => ensure!(
                 e.to_lowercase().contains("forbidden"),
                 "view refused how? {e}"
+            ),
+        }
+        // Everything edit has on SandboxProcesses and their attach, but not pods/exec: the
+        // subresource API's own check refuses, as kubectl attach would be refused.
+        t.kubectl_apply(
+            r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: sbp-no-exec}
+rules:
+  - apiGroups: [sandbox.dev]
+    resources: [sandboxprocesses]
+    verbs: [get, list, watch, update, patch]
+  - apiGroups: [subresources.sandbox.dev]
+    resources: [sandboxprocesses/attach, sandboxprocesses/stdin]
+    verbs: [get, create]
+"#,
+        )
+        .await?;
+        t.kubectl(&[
+            "create",
+            "rolebinding",
+            "attach-no-exec",
+            "--role=sbp-no-exec",
+            "--user=spo-attach-noexec",
+        ])
+        .await?;
+        match attach_as(&t, "spo-attach-noexec").await? {
+            Ok(()) => bail!("a user without pods/exec attached"),
+            Err(e) => ensure!(
+                e.contains("pods/exec") || e.contains("exec"),
+                "refused how? {e}"
             ),
         }
         Ok(())
