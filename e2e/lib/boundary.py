@@ -57,8 +57,12 @@ def cluster_items():
     """Lines "kind name attributes" for every object a suite makes that can outlive it."""
     lines = []
     for n in kubectl_json("get", "nodes")["items"]:
-        ready = [c["status"] for c in n["status"].get("conditions", []) if c["type"] == "Ready"]
+        conds = n["status"].get("conditions", [])
+        ready = [c["status"] for c in conds if c["type"] == "Ready"]
         lines.append(f"node {n['metadata']['name']} ready={''.join(ready)}")
+        # DiskPressure and the like: a node that evicts the next suite's pods.
+        lines += [f"nodepressure {n['metadata']['name']} {c['type']}" for c in conds
+                  if c["type"] != "Ready" and c["status"] == "True"]
     for ns in kubectl_json("get", "namespaces")["items"]:
         name = ns["metadata"]["name"]
         if name not in SYSTEM_NS:
@@ -160,6 +164,8 @@ def leaks(base, before, after):
             bad.append(item + " (in a namespace that stays)")
         elif kind in ("hostprocess", "mount", "netns") and not item.startswith(("netns spo-n", "mount /run/netns/spo-n")):
             bad.append(item + " (on the host, left running)")
+        elif kind == "nodepressure":
+            bad.append(item + " (the node evicts pods)")
         elif kind == "apiservice" and not item.endswith("available=True"):
             bad.append(item + " (the release's API does not answer)")
     # A route of a node that is still there, lost: that node's pods are cut off.
