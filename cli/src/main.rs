@@ -99,6 +99,10 @@ struct AttachArgs {
     /// With -t: replay its output from after this cursor rather than from the beginning.
     #[arg(long, value_name = "CURSOR", requires = "tty")]
     after: Option<String>,
+    /// Without -t: send stdin as offset-numbered requests and follow the output, instead of the
+    /// streaming attach (a WebSocket), for a proxy in the path that does not pass upgrades.
+    #[arg(long, conflicts_with = "tty")]
+    no_stream: bool,
 }
 
 #[derive(Args, Debug)]
@@ -382,7 +386,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
                 keys: a.detach.detach_keys,
                 after: a.after,
             });
-            objects::attach(&sb, &a.name, tty).await
+            objects::attach(&sb, &a.name, tty, !a.no_stream).await
         }
         Command::Completion(_) => unreachable!("handled above"),
     }

@@ -78,7 +78,7 @@ pub async fn run(sb: &Sandbox, r: Run) -> Result<u8, CliError> {
             Err(e) => Err(e),
         }
     } else if r.stdin {
-        attach_to(&p).await
+        attach_to(&p, true).await
     } else {
         follow_to_exit(&p).await
     };
@@ -112,7 +112,12 @@ pub struct AttachTty {
 
 /// Our stdin to the process's (closed at our EOF) while its output streams; its exit code. With
 /// `tty`, a terminal session instead (0 when the user detaches).
-pub async fn attach(sb: &Sandbox, name: &str, tty: Option<AttachTty>) -> Result<u8, CliError> {
+pub async fn attach(
+    sb: &Sandbox,
+    name: &str,
+    tty: Option<AttachTty>,
+    stream: bool,
+) -> Result<u8, CliError> {
     let p = sb.process(name);
     // An ended process has no stdin to take ours: say how it ended rather than replay it.
     if let Some(how) = sandbox_client::already_ended(&p.object().await?) {
@@ -123,7 +128,7 @@ pub async fn attach(sb: &Sandbox, name: &str, tty: Option<AttachTty>) -> Result<
     }
     match tty {
         Some(t) => Ok(terminal_to(&p, t.keys, t.after).await?.unwrap_or(0)),
-        None => attach_to(&p).await,
+        None => attach_to(&p, stream).await,
     }
 }
 
@@ -155,7 +160,7 @@ async fn terminal_to(
     }
 }
 
-async fn attach_to(p: &Process) -> Result<u8, CliError> {
+async fn attach_to(p: &Process, stream: bool) -> Result<u8, CliError> {
     p.wait_started(None).await?;
     let spec = p.object().await?.spec;
     // A terminal's input is stdin too (`tty` implies it): a pipe may type into it.
@@ -173,8 +178,16 @@ async fn attach_to(p: &Process) -> Result<u8, CliError> {
             s.waited.as_secs()
         )
     });
-    // One streaming attach (docs/stdin.md) carries our stdin in and the output out; it
-    // attaches again by itself when a connection breaks, losing and repeating nothing.
+    if stream {
+        streamed(p, target).await
+    } else {
+        by_requests(target).await
+    }
+}
+
+/// One streaming attach (docs/stdin.md) carries our stdin in and the output out; it attaches
+/// again by itself when a connection breaks, losing and repeating nothing.
+async fn streamed(p: &Process, target: Process) -> Result<u8, CliError> {
     let opts = AttachOptions {
         stdin: true,
         ..Default::default()
@@ -195,6 +208,38 @@ async fn attach_to(p: &Process) -> Result<u8, CliError> {
                 pump = None;
                 match sent {
                     Ok(Ok(())) => {} // all sent, stdin closed: the output goes on
+                    Ok(Err(e)) => return Err(e.into()),
+                    Err(e) => return Err(CliError::Failed(format!("sending stdin: {e}"))),
+                }
+            }
+        }
+    }
+}
+
+/// `--no-stream`, for a path that does not pass WebSocket upgrades: stdin as offset POSTs,
+/// the output by the log follow (each a plain request, resumed the same way).
+async fn by_requests(target: Process) -> Result<u8, CliError> {
+    let p = target.clone();
+    let mut input = Some(tokio::spawn(async move {
+        target.pump_stdin(tokio::io::stdin()).await
+    }));
+    let follow = follow_to_exit(&p);
+    tokio::pin!(follow);
+    loop {
+        tokio::select! {
+            code = &mut follow => {
+                // The process may end before it read all we had: its choice, as with a pipe.
+                if let Some(i) = input.take() {
+                    i.abort();
+                }
+                return code;
+            }
+            sent = async { input.as_mut().expect("guarded").await }, if input.is_some() => {
+                input = None;
+                match sent {
+                    Ok(Ok(_)) => {} // all sent, stdin closed: the output goes on
+                    // It ended, or closed its stdin, first: the output says how it went.
+                    Ok(Err(e)) if e.to_string().contains("StdinUnavailable") => {}
                     Ok(Err(e)) => return Err(e.into()),
                     Err(e) => return Err(CliError::Failed(format!("sending stdin: {e}"))),
                 }
