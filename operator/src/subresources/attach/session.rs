@@ -291,9 +291,15 @@ impl Stdin<'_> {
                     return Ok(());
                 }
                 Ok(st) => {
+                    // The pipe is full. A reader that took some drains it in moments: look again
+                    // at once; only one that took nothing earns a growing pause.
+                    pause = if st.bytes > at {
+                        Duration::from_micros(500)
+                    } else {
+                        (pause * 2).min(Duration::from_millis(100))
+                    };
                     at = st.bytes.max(at);
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(100));
                 }
                 Err(e) if e.api_code() == Some(ErrorCode::StdinUnavailable) => {
                     // Ended or closed: the output's end says how; input after it is moot.
