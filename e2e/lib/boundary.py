@@ -123,14 +123,15 @@ def host_items():
         lines.append(f"netns {n}")
         if n.startswith("spo-n"):
             lines += [f"route {n} {r}" for r in routes(["-n", n])]
-    lines += [f"route host {r}" for r in routes([]) if r.split()[-1:] != ["linkdown"]
-              and ("10.244." in r or "10.245." in r)]
+    lines += [f"route host {r}" for r in routes([]) if "10.244." in r or "10.245." in r]
     return lines
 
 
 def routes(netns):
     """The routes of the host or of a node's netns: a lost one cuts a node's pods off."""
-    return [" ".join(r.split()) for r in (tool("ip", *netns, "route", "show") or "").splitlines()]
+    # "linkdown" is the moment's carrier (a bridge with no pod or node on it), not the route.
+    return [" ".join(w for w in r.split() if w != "linkdown")
+            for r in (tool("ip", *netns, "route", "show") or "").splitlines()]
 
 
 def is_cluster_daemon(pid):
