@@ -5,6 +5,7 @@
 //!
 //! The tests are `#[ignore]`d: `cargo test --workspace` builds them without a cluster, and the
 //! bash suite that builds and deploys what they test runs them with `--ignored` (e2e/README.md).
+pub mod attach;
 pub mod cmd;
 pub mod events;
 pub mod fields;

@@ -4,45 +4,18 @@
 //! and who may attach. Run by e2e/suite.
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
-use sandbox_client::{AttachEvent, AttachOptions, AttachOutput, Start};
+use anyhow::{bail, ensure, Result};
+use sandbox_client::{AttachOptions, AttachOutput, Start};
 use sandbox_e2e::manifests::pod;
 use sandbox_e2e::{with_ns, TestNs};
 
-/// Output until `want` appears in it (or the exit, or 60 s): what came, and the exit if any.
+/// Output until `want` appears in it (or the exit, or 60 s).
 async fn read_until(out: &mut AttachOutput, want: &[u8]) -> Result<(Vec<u8>, Option<i32>)> {
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !contains(&got, want) {
-        let ev = tokio::time::timeout_at(deadline.into(), out.next())
-            .await
-            .with_context(|| {
-                format!(
-                    "no {:?} in 60 s; got {:?}",
-                    String::from_utf8_lossy(want),
-                    String::from_utf8_lossy(&got)
-                )
-            })?;
-        match ev {
-            Some(Ok(AttachEvent::Stdout(d) | AttachEvent::Stderr(d))) => got.extend(d),
-            Some(Ok(AttachEvent::Exit(code))) => return Ok((got, Some(code))),
-            Some(Err(e)) => return Err(e).context("attach output"),
-            None => bail!("the output ended; got {:?}", String::from_utf8_lossy(&got)),
-        }
-    }
-    Ok((got, None))
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+    sandbox_e2e::attach::read_until(out, Some(want), Duration::from_secs(60)).await
 }
 
 async fn exit_of(out: &mut AttachOutput) -> Result<(Vec<u8>, i32)> {
-    match read_until(out, b"\0never\0").await {
-        Ok((got, Some(code))) => Ok((got, code)),
-        Ok((got, None)) => bail!("no exit after {got:?}"),
-        Err(e) => Err(e),
-    }
+    sandbox_e2e::attach::to_exit(out, Duration::from_secs(60)).await
 }
 
 #[tokio::test]

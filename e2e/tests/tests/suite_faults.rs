@@ -534,28 +534,6 @@ async fn a_restart_comes_at_its_time_across_an_agent_pod_deletion() {
     .await;
 }
 
-/// Output of an attach until its exit (or `within`): the bytes, and the exit code.
-async fn attach_to_exit(
-    out: &mut sandbox_client::AttachOutput,
-    within: Duration,
-) -> Result<(Vec<u8>, i32)> {
-    let mut got = Vec::new();
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let ev = tokio::time::timeout_at(deadline, out.next())
-            .await
-            .with_context(|| format!("no exit in {within:?} after {} bytes", got.len()))?;
-        match ev {
-            Some(Ok(sandbox_client::AttachEvent::Exit(code))) => return Ok((got, code)),
-            Some(Ok(
-                sandbox_client::AttachEvent::Stdout(d) | sandbox_client::AttachEvent::Stderr(d),
-            )) => got.extend(d),
-            Some(Err(e)) => return Err(e).context("attach output"),
-            None => bail!("the attach ended without an exit after {} bytes", got.len()),
-        }
-    }
-}
-
 /// issue 30: node 1's agent pod deleted while a terminal session and a plain attach stream. Both
 /// attach again by themselves: 64 MiB through `sha256sum` are taken exactly once (the digest),
 /// and the terminal's 400 numbered lines arrive each once, in order.
@@ -596,11 +574,13 @@ async fn agent_pod_deleted_mid_attach_both_go_on_stdin_once_output_exact() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         release::replace_agents(&t.client).await?;
         let _sum_in = feeding.await??;
-        let (digest, code) = attach_to_exit(&mut sum_out, Duration::from_secs(180)).await?;
+        let (digest, code) =
+            sandbox_e2e::attach::to_exit(&mut sum_out, Duration::from_secs(180)).await?;
         ensure!(code == 0, "sha256sum exited {code}");
         let digest = String::from_utf8_lossy(&digest);
         ensure!(digest.starts_with(&want), "digest {digest:?}, want {want}");
-        let (screen, code) = attach_to_exit(&mut term_out, Duration::from_secs(120)).await?;
+        let (screen, code) =
+            sandbox_e2e::attach::to_exit(&mut term_out, Duration::from_secs(120)).await?;
         ensure!(code == 9, "the terminal's shell exited {code}");
         let re = regex_lite::Regex::new(r"tick-([0-9]+)\r\n").expect("regex");
         let seen: Vec<u32> = re
