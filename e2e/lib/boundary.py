@@ -17,6 +17,7 @@ Usage: boundary.py snapshot > FILE
        boundary.py record LEDGER PREV CLASS SUITE OK
        boundary.py coverage LEDGER SUITE...
        boundary.py order LEDGER SUITE...      (one suite per line, uncovered pairs first)
+       boundary.py merge LEDGER               (its new passing pairs into e2e/ci-adjacent.tsv)
 """
 import hashlib
 import json
@@ -215,10 +216,31 @@ def check(base_f, before_f, after_f):
     return 1 if bad else 0
 
 
-def ledger_rows(path):
+# The pairs earlier machines saw, kept in the repository (a machine's cache does not outlive it).
+SEED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ci-adjacent.tsv")
+
+
+def file_rows(path):
     if not os.path.exists(path):
         return []
     return [line.split("\t") for line in open(path).read().splitlines() if line.count("\t") == 3]
+
+
+def ledger_rows(path):
+    return file_rows(SEED) + file_rows(path)
+
+
+def merge(path):
+    """Appends to the repository's seed the passing pairs of the cache's ledger it lacks."""
+    seen = {tuple(r) for r in file_rows(SEED)}
+    pairs = {(r[0], r[2]) for r in seen if r[3] == "ok"}
+    new = [r for r in file_rows(path) if r[3] == "ok" and (r[0], r[2]) not in pairs]
+    with open(SEED, "a") as f:
+        for r in new:
+            if (r[0], r[2]) not in pairs:
+                pairs.add((r[0], r[2]))
+                f.write("\t".join(r) + "\n")
+    print(f"{len(pairs)} passing pairs in {os.path.relpath(SEED)}")
 
 
 def coverage(path, suites):
@@ -262,6 +284,9 @@ def main(argv):
         return 0
     if argv[:1] == ["coverage"] and len(argv) > 2:
         coverage(argv[1], argv[2:])
+        return 0
+    if argv[:1] == ["merge"] and len(argv) == 2:
+        merge(argv[1])
         return 0
     if argv[:1] == ["order"] and len(argv) > 2:
         order(argv[1], argv[2:])
