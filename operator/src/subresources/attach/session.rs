@@ -9,7 +9,7 @@ use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket};
 use base64::Engine;
 use futures::stream::{SplitSink, SplitStream};
-use futures::{FutureExt, SinkExt, StreamExt};
+use futures::{SinkExt, StreamExt};
 use sandbox_api::channel::{exit_status, failure, Frame, STDIN};
 use sandbox_api::cursor::Cursor;
 use sandbox_api::wire::{
@@ -184,67 +184,104 @@ fn end_status(r: &ProcessRecord) -> Value {
     }
 }
 
+/// A write to the agent in flight; it owns the stdin state and gives it back.
+type Inflight<'a> = futures::future::BoxFuture<'a, (Stdin<'a>, Result<(), Ended>)>;
+
 /// Frames from the client until it closes. `Some`: the status to end with.
 /// `None`: the client went away (the process runs on).
+///
+/// Stdin is pipelined: while one write is with the agent, the frames that arrive meanwhile are
+/// gathered (up to one write's size: the pipe's back-pressure reaches the client past that) and
+/// go as the next write, so a fast writer pays one round trip per batch and never waits idle.
 async fn input(s: &Session, mut stream: SplitStream<WebSocket>) -> Option<Ended> {
-    let mut stdin = Stdin {
+    let mut idle = Some(Stdin {
         s,
         offset: s.opts.stdin_offset,
-    };
-    let mut held: Option<Message> = None;
+    });
+    let mut inflight: Option<Inflight<'_>> = None;
+    // `close`: the client ended stdin (bytes after it are dropped); `eof_sent`: the agent has it.
+    let (mut pending, mut close, mut eof_sent, mut gone) = (Vec::new(), false, false, false);
     loop {
-        let msg = match held.take() {
-            Some(m) => m,
-            None => match stream.next().await {
-                Some(Ok(m)) => m,
-                Some(Err(_)) | None => return None,
-            },
-        };
-        let data = match msg {
-            Message::Binary(b) => b,
-            Message::Close(_) => return None,
-            _ => continue,
-        };
-        match Frame::decode(&data) {
-            Ok(Frame::Stdin(first)) if s.opts.stdin => {
-                // Frames already here join this write (up to one write's size), so a fast
-                // writer pays one agent request per batch, not per frame.
-                let mut buf = first.to_vec();
-                while buf.len() < MAX_STDIN_WRITE {
-                    match stream.next().now_or_never() {
-                        Some(Some(Ok(Message::Binary(b)))) if b.first() == Some(&STDIN) => {
-                            buf.extend_from_slice(&b[1..])
-                        }
-                        Some(Some(Ok(m))) => {
-                            held = Some(m);
-                            break;
-                        }
-                        _ => break,
+        if let Some(st) = idle.take() {
+            if pending.is_empty() && (!close || eof_sent) {
+                idle = Some(st);
+            } else {
+                let n = pending.len().min(MAX_STDIN_WRITE);
+                let data: Vec<u8> = pending.drain(..n).collect();
+                // EOF goes with the last bytes: after everything sent before it.
+                let eof = close && pending.is_empty();
+                eof_sent |= eof;
+                inflight = Some(Box::pin(write_owned(st, data, eof)));
+            }
+        }
+        if gone && inflight.is_none() {
+            return None;
+        }
+        let reading = !gone && pending.len() < MAX_STDIN_WRITE;
+        tokio::select! {
+            (st, r) = async { inflight.as_mut().expect("guarded").await }, if inflight.is_some() => {
+                inflight = None;
+                if let Err(e) = r {
+                    return Some(e);
+                }
+                idle = Some(st);
+            }
+            m = stream.next(), if reading => {
+                let data = match m {
+                    Some(Ok(Message::Binary(b))) => b,
+                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
+                        // What arrived before is still written: the client sent it.
+                        gone = true;
+                        continue;
                     }
-                }
-                if let Err(e) = stdin.write(&buf, false).await {
+                    Some(Ok(_)) => continue,
+                };
+                if let Err(e) = frame(s, &data, &mut pending, &mut close).await {
                     return Some(e);
                 }
             }
-            // v4 has no close channel: its clients end stdin with a one-shot `close` write.
-            Ok(Frame::Close(STDIN)) if s.opts.stdin && s.v5 => {
-                if let Err(e) = stdin.write(&[], true).await {
-                    return Some(e);
-                }
-            }
-            Ok(Frame::Resize(size)) if s.at.tty => {
-                if let Err(e) = s.agents.resize(&s.at.agent, &s.at.exec_id, size).await {
-                    info!(name = %s.name, error = %e, "attach: resize");
-                }
-            }
-            Ok(Frame::Resize(_)) => {}
-            Ok(f) => {
-                let m = format!("attach: {f:?} was not expected (stdin={})", s.opts.stdin);
-                return Some(Ended(failure("BadRequest", &m)));
-            }
-            Err(e) => return Some(Ended(failure("BadRequest", &format!("attach: {e}")))),
         }
     }
+}
+
+async fn write_owned(
+    mut st: Stdin<'_>,
+    data: Vec<u8>,
+    close: bool,
+) -> (Stdin<'_>, Result<(), Ended>) {
+    let r = st.write(&data, close).await;
+    (st, r)
+}
+
+/// One frame from the client: stdin bytes join `pending`, a close of stdin sets `close`, a
+/// resize goes to the terminal at once.
+async fn frame(
+    s: &Session,
+    data: &[u8],
+    pending: &mut Vec<u8>,
+    close: &mut bool,
+) -> Result<(), Ended> {
+    match Frame::decode(data) {
+        Ok(Frame::Stdin(b)) if s.opts.stdin => {
+            if !*close {
+                pending.extend_from_slice(b)
+            }
+        }
+        // v4 has no close channel: its clients end stdin with a one-shot `close` write.
+        Ok(Frame::Close(STDIN)) if s.opts.stdin && s.v5 => *close = true,
+        Ok(Frame::Resize(size)) if s.at.tty => {
+            if let Err(e) = s.agents.resize(&s.at.agent, &s.at.exec_id, size).await {
+                info!(name = %s.name, error = %e, "attach: resize");
+            }
+        }
+        Ok(Frame::Resize(_)) => {}
+        Ok(f) => {
+            let m = format!("attach: {f:?} was not expected (stdin={})", s.opts.stdin);
+            return Err(Ended(failure("BadRequest", &m)));
+        }
+        Err(e) => return Err(Ended(failure("BadRequest", &format!("attach: {e}")))),
+    }
+    Ok(())
 }
 
 /// Stdin by offset: each batch is written at the offset after the last one the supervisor
