@@ -284,6 +284,7 @@ fn carried_over(f: &Facts<'_>, started_in: &str) -> SandboxProcessStatus {
         usage: prev.usage.clone(),
         processes: prev.processes,
         log_match: prev.log_match.clone(),
+        stdin: prev.stdin,
         restart_count: prev.restart_count,
         last_exit: prev.last_exit.clone(),
         phase: Some(Phase::Running),

@@ -79,7 +79,7 @@ pub struct SandboxProcessStatus {
     /// (`kubectl sandbox logs --after CURSOR` resumes right after the match).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_match: Option<LogMatchStatus>,
-    /// With `spec.stdin`: the bytes stdin has taken (the offset the next write starts at) and
+    /// With `spec.stdin`: the bytes stdin has taken (refreshed with the output while it runs) and
     /// whether it is closed (EOF sent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<StdinStatus>,
@@ -271,7 +271,8 @@ pub struct UsageStatus {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StdinStatus {
-    /// Bytes stdin has taken: the offset the next write starts at.
+    /// Bytes stdin has taken. While the process runs it is refreshed with the output (at most
+    /// every 30 s); `GET …/stdin` gives the live offset a writer resumes from.
     pub bytes: i64,
     /// Stdin is closed (EOF sent): by a write with `close=true`, a `stop`, or the process's end.
     pub closed: bool,

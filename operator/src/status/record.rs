@@ -27,9 +27,14 @@ pub(super) fn record_parts(s: &mut SandboxProcessStatus, r: &ProcessRecord, outp
     if let Some(m) = &r.log_match {
         s.log_match = Some(LogMatchStatus::from(m));
     }
-    // Not held back: a writer resumes from it.
+    // The count of bytes taken rides with the output refresh: a stream of writes is not a
+    // stream of status writes (a writer resumes from `GET …/stdin`, which is live). Its first
+    // sight and the close (EOF sent, which a watcher may wait for) are written at once.
     if let Some(i) = &r.stdin {
-        s.stdin = Some(StdinStatus::from(i));
+        let next = StdinStatus::from(i);
+        if due || s.stdin.as_ref().is_none_or(|st| st.closed != next.closed) {
+            s.stdin = Some(next);
+        }
     }
     if r.restart_count > 0 {
         s.restart_count = r.restart_count.min(i32::MAX as u32) as i32;

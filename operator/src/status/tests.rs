@@ -1069,6 +1069,37 @@ fn output_is_refreshed_only_when_due_and_at_the_end() {
 }
 
 #[test]
+fn stdin_bytes_ride_with_the_output_refresh_and_a_close_is_written_at_once() {
+    let mut open = record(wire::Phase::Running);
+    open.stdin = Some(wire::StdinState {
+        bytes: 0,
+        closed: false,
+    });
+    let first = Case::new().record(open.clone()).run();
+    assert_eq!(
+        first.stdin.as_ref().map(|s| (s.bytes, s.closed)),
+        Some((0, false))
+    );
+    let mut fed = open.clone();
+    fed.stdin.as_mut().unwrap().bytes = 4096;
+    let mut case = Case::new().prev(first.clone()).record(fed.clone());
+    case.output_due = false;
+    assert_eq!(case.run(), first, "bytes taken alone: no status write");
+    case.output_due = true;
+    assert_eq!(case.run().stdin.unwrap().bytes, 4096);
+    let mut closed = fed;
+    closed.stdin.as_mut().unwrap().closed = true;
+    let mut case = Case::new().prev(first).record(closed);
+    case.output_due = false;
+    let s = case.run().stdin.unwrap();
+    assert_eq!(
+        (s.bytes, s.closed),
+        (4096, true),
+        "the close, with the bytes"
+    );
+}
+
+#[test]
 fn root_exited_comes_with_the_live_count_while_output_is_held() {
     let first = Case::new().record(record(wire::Phase::Running)).run();
     assert_eq!((first.root_exited, first.processes), (false, None));
