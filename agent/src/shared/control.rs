@@ -21,6 +21,21 @@ pub enum Control {
     },
     /// A new window size for the process's terminal (`tty`).
     Resize { rows: u16, cols: u16 },
+    /// Like `Stdin`, with the `len` bytes raw after the request line: no base64 and no JSON
+    /// string of up to 1 MiB to build and parse per write. Supervisors older than it refuse it
+    /// as an unknown op ([`is_unknown_op`]); the agent then sends `Stdin`.
+    StdinBytes {
+        offset: u64,
+        len: usize,
+        #[serde(default)]
+        close: bool,
+    },
+}
+
+/// Whether a refusal says the supervisor does not know the request's op (an older binary: the
+/// supervisor of a process outlives agent upgrades).
+pub fn is_unknown_op(message: &str) -> bool {
+    message.contains("unknown variant")
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

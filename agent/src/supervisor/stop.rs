@@ -114,13 +114,19 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Serves one request from the agent (one line in, one line out).
+    /// Serves one request from the agent (one line in, with `stdinBytes` its bytes after it;
+    /// one line out).
     pub(super) fn handle_control(&mut self, mut conn: UnixStream) {
         let _ = conn.set_nonblocking(false);
         let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
         let mut line = String::new();
-        let reply = match BufReader::new(&conn).read_line(&mut line) {
+        let mut r = BufReader::new(&conn);
+        let reply = match r.read_line(&mut line) {
             Ok(_) => match serde_json::from_str::<Control>(&line) {
+                Ok(Control::StdinBytes { offset, len, close }) => match payload(&mut r, len) {
+                    Ok(bytes) => self.write_stdin(offset, &bytes, close),
+                    Err(e) => ControlReply::of(Err(e)),
+                },
                 Ok(c) => self.apply(c),
                 Err(e) => ControlReply::of(Err(format!("bad control request: {e}"))),
             },
@@ -148,6 +154,10 @@ impl Supervisor {
             },
             Control::Resize { rows, cols } => {
                 ControlReply::of(self.resize(sandbox_api::wire::TerminalSize { rows, cols }))
+            }
+            // Read with its bytes by `handle_control`.
+            Control::StdinBytes { .. } => {
+                ControlReply::of(Err("stdinBytes without its bytes".into()))
             }
         }
     }
@@ -180,6 +190,20 @@ impl Supervisor {
             self.signal_tree(signal).map_err(|e| e.to_string())
         }
     }
+}
+
+/// The raw bytes of a `stdinBytes` request, after its line (bounded as a `stdin` write is).
+fn payload(r: &mut impl std::io::Read, len: usize) -> std::result::Result<Vec<u8>, String> {
+    if len > sandbox_api::wire::MAX_STDIN_WRITE {
+        return Err(format!(
+            "stdin write of {len} bytes: at most {} per write",
+            sandbox_api::wire::MAX_STDIN_WRITE
+        ));
+    }
+    let mut bytes = vec![0; len];
+    r.read_exact(&mut bytes)
+        .map_err(|e| format!("reading {len} stdin bytes: {e}"))?;
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use sandbox_api::wire::{StdinState, TerminalSize, MAX_STDIN_WRITE};
 
 use super::Registry;
 use crate::daemon::control_client;
-use crate::shared::control::Control;
+use crate::shared::control::{is_unknown_op, Control};
 use crate::shared::error::AgentError;
 use crate::shared::exec_id::ExecId;
 
@@ -40,12 +40,24 @@ impl Registry {
                 state.bytes
             )));
         }
-        let req = Control::Stdin {
+        let sock = self.cfg.layout.control(&id);
+        let req = Control::StdinBytes {
             offset,
-            data: base64::engine::general_purpose::STANDARD.encode(data),
+            len: data.len(),
             close,
         };
-        match control_client::request(&self.cfg.layout.control(&id), &req).await? {
+        let reply = match control_client::request_with(&sock, &req, data).await {
+            Err(AgentError::InvalidRequest(m)) if is_unknown_op(&m) => {
+                let req = Control::Stdin {
+                    offset,
+                    data: base64::engine::general_purpose::STANDARD.encode(data),
+                    close,
+                };
+                control_client::request(&sock, &req).await?
+            }
+            r => r?,
+        };
+        match reply {
             Some(reply) => reply
                 .stdin
                 .ok_or_else(|| AgentError::Internal("supervisor reply without stdin".into())),
