@@ -7,7 +7,7 @@ use futures::stream::BoxStream;
 use futures::{Sink, SinkExt, StreamExt};
 use sandbox_api::channel::{read_status, Frame, STDIN};
 use sandbox_api::cursor::Cursor;
-use sandbox_api::wire::{TerminalSize, LOG_SILENCE_LIMIT, MAX_STDIN_WRITE};
+use sandbox_api::wire::{StdinState, TerminalSize, LOG_SILENCE_LIMIT, MAX_STDIN_WRITE};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
@@ -140,6 +140,8 @@ impl Task {
     ) {
         let mut input_open = true;
         let mut tick = tokio::time::interval(ACK_EVERY);
+        // Where stdin is, asked beside the stream: past half the window, or each tick.
+        let mut asking: Option<futures::future::BoxFuture<'static, Result<StdinState>>> = None;
         // The server pings after LOG_KEEPALIVE of silence: hearing nothing for
         // LOG_SILENCE_LIMIT means a connection dead without FIN or RST, not an idle process.
         let mut heard_at = tokio::time::Instant::now();
@@ -161,11 +163,21 @@ impl Task {
                     Heard::Broken("nothing heard from the server".into())
                 }
                 _ = events.closed() => return,
-                _ = tick.tick(), if !self.unacked.is_empty() => {
-                    self.trim().await;
+                _ = tick.tick(), if !self.unacked.is_empty() && asking.is_none() => {
+                    asking = Some(self.ask());
+                    Heard::Nothing
+                }
+                st = async { asking.as_mut().expect("guarded").await }, if asking.is_some() => {
+                    asking = None;
+                    if let Ok(st) = st {
+                        self.taken(st.bytes);
+                    }
                     Heard::Nothing
                 }
             };
+            if asking.is_none() && self.base.is_some() && self.unacked.len() >= MAX_UNACKED / 2 {
+                asking = Some(self.ask());
+            }
             match heard {
                 Heard::Nothing => {}
                 Heard::Detached => return,
@@ -212,9 +224,6 @@ impl Task {
                 return Heard::Detached;
             }
         };
-        if self.unacked.len() >= MAX_UNACKED {
-            self.trim().await;
-        }
         if ok {
             Heard::Nothing
         } else {
@@ -224,13 +233,27 @@ impl Task {
 
     /// Forgets the bytes the process has taken (stdin's offset says how many).
     async fn trim(&mut self) {
-        let Some(base) = self.base else { return };
-        if let Ok(st) = self.p.stdin_state().await {
-            let taken = st.bytes.saturating_sub(base).min(self.unacked.len() as u64);
-            self.unacked.drain(..taken as usize);
-            self.base = Some(base + taken);
-            self.stall_check(taken > 0);
+        if self.base.is_none() {
+            return;
         }
+        if let Ok(st) = self.p.stdin_state().await {
+            self.taken(st.bytes);
+        }
+    }
+
+    /// Where stdin is, as a future that holds nothing of the task.
+    fn ask(&self) -> futures::future::BoxFuture<'static, Result<StdinState>> {
+        let p = self.p.clone();
+        Box::pin(async move { p.stdin_state().await })
+    }
+
+    /// Stdin has taken `bytes` in all: what is below that is no longer kept.
+    fn taken(&mut self, bytes: u64) {
+        let Some(base) = self.base else { return };
+        let taken = bytes.saturating_sub(base).min(self.unacked.len() as u64);
+        self.unacked.drain(..taken as usize);
+        self.base = Some(base + taken);
+        self.stall_check(taken > 0);
     }
 
     /// Tells the process's stall hook, once per stall, that stdin takes nothing.
