@@ -153,6 +153,9 @@ async fn thirty_processes_over_3_nodes_each_on_its_pods_node_and_agent_with_exac
     .await;
 }
 
+/// `kubectl exec`s of `reach` that failed and were tried again.
+static EXEC_RETRIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// A TCP connection from the main container of POD in namespace NS to IP:PORT: `Ok(open)`, or
 /// why it could not be tried. nc's own exit is read from the output, so that a `kubectl exec`
 /// that failed (API server → kubelet, under load) is retried and never counts as a closed port.
@@ -170,6 +173,8 @@ async fn reach(ns: &str, pod: &str, ip: &str, port: u16) -> Result<bool, String>
             },
             Err(e) => why = format!("{e:#}"),
         }
+        EXEC_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        println!("note: {pod} -> {ip}:{port} not tried, again in 2 s: {why}");
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     Err(why)
@@ -338,6 +343,8 @@ async fn netpol(t: &TestNs, fake: &TestNs) -> Result<()> {
         bad.join("\n")
     );
     println!("note: agents' API port closed to 3 tenant pods (one per node) and a fake operator in another namespace, metrics port open; open with the policy deleted");
+    let retried = EXEC_RETRIES.load(std::sync::atomic::Ordering::Relaxed);
+    println!("note: {retried} kubectl exec(s) of the probes failed and were tried again");
     Ok(())
 }
 
