@@ -163,7 +163,7 @@ async fn get_one(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<sandbox_api::wire::ProcessRecord>, AgentError> {
-    Ok(Json(counted(&st, st.registry.get(&id))?))
+    Ok(Json(counted(&st, st.registry.get_live(&id).await)?))
 }
 
 async fn forget(

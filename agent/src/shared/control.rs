@@ -30,6 +30,9 @@ pub enum Control {
         #[serde(default)]
         close: bool,
     },
+    /// Where stdin is now (the record has it within the flush period: writes do not each
+    /// rewrite it). Older supervisors refuse it as an unknown op; the record is then exact.
+    StdinState,
 }
 
 /// Whether a refusal says the supervisor does not know the request's op (an older binary: the

@@ -166,10 +166,12 @@ impl Supervisor {
         if close && at.bytes == offset.saturating_add(data.len() as u64) {
             self.close_stdin();
         }
-        // The record says what was taken before the answer does (an agent that restarts reads
-        // it there); a refresh, not a durable write: the supervisor itself holds the truth.
+        // The count reaches the record within the flush period, as output counts do: a
+        // stream of writes is not a stream of record writes, each a watch event through the
+        // agent to the operator. Whoever needs it now asks (`Control::StdinState`); the close
+        // is saved at once (`close_stdin`).
         if changed {
-            let _ = self.save(false);
+            self.mark_dirty();
         }
         ControlReply::with_stdin(self.rec.stdin.unwrap_or(at))
     }

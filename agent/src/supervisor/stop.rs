@@ -155,6 +155,10 @@ impl Supervisor {
             Control::Resize { rows, cols } => {
                 ControlReply::of(self.resize(sandbox_api::wire::TerminalSize { rows, cols }))
             }
+            Control::StdinState => match self.rec.stdin {
+                Some(at) => ControlReply::with_stdin(at),
+                None => ControlReply::of(Ok(())),
+            },
             // Read with its bytes by `handle_control`.
             Control::StdinBytes { .. } => {
                 ControlReply::of(Err("stdinBytes without its bytes".into()))

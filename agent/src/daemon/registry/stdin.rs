@@ -2,11 +2,11 @@
 //! the pipe and decides by offset (exactly once, in order; see `supervisor::stdin`). Resizing
 //! its terminal (`tty`), which the supervisor holds too.
 use base64::Engine;
-use sandbox_api::wire::{StdinState, TerminalSize, MAX_STDIN_WRITE};
+use sandbox_api::wire::{ProcessRecord, StdinState, TerminalSize, MAX_STDIN_WRITE};
 
 use super::Registry;
 use crate::daemon::control_client;
-use crate::shared::control::{is_unknown_op, Control};
+use crate::shared::control::{is_unknown_op, Control, ControlReply};
 use crate::shared::error::AgentError;
 use crate::shared::exec_id::ExecId;
 
@@ -66,6 +66,25 @@ impl Registry {
                 state.bytes
             ))),
         }
+    }
+
+    /// The record of `id` with stdin's count as its supervisor has it now: writes reach the
+    /// record file only within the supervisor's flush period, and a writer resumes from this.
+    /// An older supervisor (no `stdinState`) saved each write: its record is exact.
+    pub async fn get_live(&self, id: &str) -> Result<ProcessRecord, AgentError> {
+        let mut rec = self.get(id)?;
+        if rec.stdin.is_none() || rec.is_final() {
+            return Ok(rec);
+        }
+        let sock = self.cfg.layout.control(&ExecId::parse(id)?);
+        // Gone meanwhile (its final record follows), older, or not answering (a write would
+        // fail the same way): the record stands.
+        if let Ok(Some(ControlReply { stdin: Some(s), .. })) =
+            control_client::request(&sock, &Control::StdinState).await
+        {
+            rec.stdin = Some(s);
+        }
+        Ok(rec)
     }
 
     /// A new window size for the process's terminal (`tty`); the kernel tells the process
