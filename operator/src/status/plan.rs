@@ -94,9 +94,13 @@ pub fn with_output(
 }
 
 /// Whether writing `next` over `prev` refreshes what is written at most every `OUTPUT_REFRESH`
-/// (output, usage, the process count): the refresh interval counts from such a write.
+/// (output, usage, the process count, stdin's count): the refresh interval counts from such a
+/// write.
 pub fn refreshes(prev: &SandboxProcessStatus, next: &SandboxProcessStatus) -> bool {
-    next.output != prev.output || next.usage != prev.usage || next.processes != prev.processes
+    next.output != prev.output
+        || next.usage != prev.usage
+        || next.processes != prev.processes
+        || next.stdin != prev.stdin
 }
 
 #[cfg(test)]

@@ -1415,6 +1415,26 @@ fn busy_looks() -> Looks {
     looks
 }
 
+/// Fed a line on stdin every second for 65 s, answering nothing: the count rides with the
+/// output refresh, the close is written when it comes.
+fn fed_looks() -> Looks {
+    let fed = |bytes: i64, closed: bool| {
+        let mut r = printing(1);
+        r.stdin = Some(wire::StdinState {
+            bytes: bytes as u64,
+            closed,
+        });
+        r
+    };
+    let mut looks: Looks = vec![(0, fed(0, false)), (1, fed(0, false))];
+    looks.extend((2..=65).map(|k| (k, fed(k * 10, false))));
+    looks.extend([
+        (66, fed(650, true)),
+        (67, exited(0, None, wire::EndReason::Exited)),
+    ]);
+    looks
+}
+
 /// With a readiness check passing at 10 s: its write carries the output of then.
 fn probed_looks() -> Looks {
     let mut probed = vec![(0, printing(1)), (1, printing(1))];
@@ -1501,6 +1521,19 @@ fn write_plan_per_shape() {
             &[
                 "status Running",
                 "event Started",
+                "status Exited",
+                "event Exited",
+            ],
+        ),
+        (
+            "long, fed stdin every second: the count rides with the 30 s refresh, the close at once",
+            fed_looks(),
+            &[
+                "status Running",
+                "event Started",
+                "status Running",
+                "status Running",
+                "status Running",
                 "status Exited",
                 "event Exited",
             ],
