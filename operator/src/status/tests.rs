@@ -1447,6 +1447,18 @@ fn probed_looks() -> Looks {
     probed
 }
 
+/// A long process whose output (or stdin's count) changes all along: Running, three refreshes
+/// at most one per 30 s (or the close, written at once), then its end.
+const REFRESHED_TWICE: &[&str] = &[
+    "status Running",
+    "event Started",
+    "status Running",
+    "status Running",
+    "status Running",
+    "status Exited",
+    "event Exited",
+];
+
 #[test]
 fn write_plan_per_shape() {
     let running = || printing(3);
@@ -1528,28 +1540,12 @@ fn write_plan_per_shape() {
         (
             "long, fed stdin every second: the count rides with the 30 s refresh, the close at once",
             fed_looks(),
-            &[
-                "status Running",
-                "event Started",
-                "status Running",
-                "status Running",
-                "status Running",
-                "status Exited",
-                "event Exited",
-            ],
+            REFRESHED_TWICE,
         ),
         (
             "long, printing: one output refresh per 30 s",
             printer,
-            &[
-                "status Running",
-                "event Started",
-                "status Running",
-                "status Running",
-                "status Running",
-                "status Exited",
-                "event Exited",
-            ],
+            REFRESHED_TWICE,
         ),
     ];
     for (shape, looks, want) in cases {
