@@ -17,6 +17,9 @@ Usage: boundary.py snapshot > FILE
        boundary.py record LEDGER PREV CLASS SUITE OK
        boundary.py coverage LEDGER SUITE...
        boundary.py order LEDGER SUITE...      (one suite per line, uncovered pairs first)
+       boundary.py chain LEDGER MINUTES SUITE...
+                                              (suites may repeat: a chain of uncovered pairs that
+                                               fits in about MINUTES)
        boundary.py merge LEDGER               (its new passing pairs into e2e/ci-adjacent.tsv)
 """
 import hashlib
@@ -272,6 +275,40 @@ def order(path, suites):
     print("\n".join(out))
 
 
+# Seconds each suite took in a warm run (the summary of a .ci/run at 87e97f4, plus about 20 s for
+# the boundary check): what a chain of pairs costs. A suite not named here counts as 180 s.
+SUITE_SECONDS = {"smoke": 35, "agent-cri": 90, "agent-daemonset": 125, "operator": 175,
+                 "chart": 80, "certs": 240, "suite": 380, "cli": 270, "clients": 125,
+                 "hostile": 130, "release": 55, "nodes": 255}
+
+
+def chain(path, minutes, suites):
+    """Suites in an order where they may repeat, so that one run covers as many uncovered pairs
+    as fit in MINUTES: the cheapest uncovered pair from the last suite first; where the last has
+    none left, a hop (a pair seen before) to the cheapest suite that still has some."""
+    pairs = {(r[0], r[2]) for r in ledger_rows(path) if r[3] == "ok"}
+    cost = {s: SUITE_SECONDS.get(s, 180) for s in suites}
+
+    def open_from(a):
+        return [b for b in suites if b != a and (a, b) not in pairs]
+
+    last, out, spent = "demo", [], 0
+    while any(open_from(a) for a in suites):
+        nxt = open_from(last) if last in suites else []
+        if nxt:
+            # A suite with uncovered pairs of its own keeps the chain going without a hop.
+            pick = min(nxt, key=lambda b: (not open_from(b), cost[b]))
+        else:
+            pick = min((b for b in suites if b != last and open_from(b)), key=cost.get)
+        if spent + cost[pick] > minutes * 60:
+            break
+        out.append(pick)
+        spent += cost[pick]
+        pairs.add((last, pick))
+        last = pick
+    print("\n".join(out))
+
+
 def main(argv):
     if argv[:1] == ["snapshot"]:
         snapshot()
@@ -287,6 +324,9 @@ def main(argv):
         return 0
     if argv[:1] == ["merge"] and len(argv) == 2:
         merge(argv[1])
+        return 0
+    if argv[:1] == ["chain"] and len(argv) > 3 and argv[2].isdigit():
+        chain(argv[1], int(argv[2]), argv[3:])
         return 0
     if argv[:1] == ["order"] and len(argv) > 2:
         order(argv[1], argv[2:])
