@@ -114,6 +114,17 @@ build_helm() {
   stamp helm "$HELM_VERSION"
 }
 
+# cosign for e2e/release (not part of `all`: only the release needs it). Its module has no
+# relative replace lines, so `go install module@version` builds it as published.
+build_cosign() {
+  stamp_ok cosign "$COSIGN_VERSION" && return 0
+  log "cosign $COSIGN_VERSION"
+  (cd "$WORK" && GOBIN=$BIN go install -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \
+    "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION")
+  stamp cosign "$COSIGN_VERSION"
+}
+
 build_cni() {
   local n missing=""
   for n in bridge host-local loopback portmap; do stamp_ok "cni/$n" "$CNI_PLUGINS_VERSION" || missing="$missing $n"; done

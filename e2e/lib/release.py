@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """Release artifacts that need more than shell (used by e2e/release):
 
-  oci DOCKER_ARCHIVE OUT.tar TAG   docker-archive (e2e/images build) -> OCI image layout tar with
-                                   a gzip layer; prints the manifest digest. Deterministic: the
-                                   same input gives the same bytes (fixed gzip/tar metadata).
+  oci OUT.tar TAG ARCH=DOCKER_ARCHIVE...
+                                   docker-archives (e2e/images build), one per architecture ->
+                                   an OCI image layout tar whose image is an index of them (gzip
+                                   layers); prints the index's digest. Deterministic: the same
+                                   input gives the same bytes (fixed gzip/tar metadata).
   sbom PACKAGE IMAGE VERSION OUT   SPDX 2.3 JSON of the crates compiled into PACKAGE's binaries
                                    (cargo metadata, normal dependencies only) for IMAGE
-  krew VERSION ARCHIVE URI OUT     krew plugin manifest for kubectl-sandbox with ARCHIVE's sha256
+  krew VERSION URI_BASE OUT ARCHIVE...
+                                   krew plugin manifest for kubectl-sandbox: a platform per
+                                   archive (kubectl-sandbox-linux-ARCH.tar.gz), with its sha256
+  image-file LAYOUT.tar ARCH PATH OUT
+                                   PATH of LAYOUT's ARCH image (its config checked) -> OUT
   sums DIR                         SHA256SUMS of every file under DIR (sorted, relative paths)
 """
 import gzip
@@ -35,12 +41,12 @@ def add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None
     tar.addfile(info, io.BytesIO(data))
 
 
-def oci(archive: str, out: str, tag: str) -> None:
+def image_manifest(archive: str, blobs: dict) -> bytes:
+    """The OCI manifest of a docker-archive (e2e/images build), its blobs added to BLOBS."""
     with tarfile.open(archive) as t:
         (entry,) = json.load(t.extractfile("manifest.json"))
         config = t.extractfile(entry["Config"]).read()
         layers = [t.extractfile(l).read() for l in entry["Layers"]]
-    blobs = {}
     layer_descs = []
     for layer in layers:
         gz = gzip.compress(layer, compresslevel=9, mtime=0)
@@ -62,13 +68,36 @@ def oci(archive: str, out: str, tag: str) -> None:
         "layers": layer_descs,
     })
     blobs[sha256(manifest)] = manifest
+    return manifest
+
+
+def oci(out: str, tag: str, *platforms: str) -> None:
+    """PLATFORMS: ARCH=DOCKER_ARCHIVE each. The layout's one image is an image index with a
+    manifest per architecture (what `docker pull` / containerd pick from on each node)."""
+    blobs = {}
+    manifests = []
+    for p in platforms:
+        arch, archive = p.split("=", 1)
+        m = image_manifest(archive, blobs)
+        manifests.append({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": "sha256:" + sha256(m),
+            "size": len(m),
+            "platform": {"architecture": arch, "os": "linux"},
+        })
+    image_index = canonical({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": manifests,
+    })
+    blobs[sha256(image_index)] = image_index
     index = canonical({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
         "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": "sha256:" + sha256(manifest),
-            "size": len(manifest),
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "digest": "sha256:" + sha256(image_index),
+            "size": len(image_index),
             "annotations": {"org.opencontainers.image.ref.name": tag},
         }],
     })
@@ -79,7 +108,31 @@ def oci(archive: str, out: str, tag: str) -> None:
         for digest in sorted(blobs):
             add(t, f"blobs/sha256/{digest}", blobs[digest])
     os.replace(tmp, out)
-    print("sha256:" + sha256(manifest))
+    print("sha256:" + sha256(image_index))
+
+
+def image_file(layout: str, arch: str, path: str, out: str) -> None:
+    """Copies PATH from the ARCH image of an OCI layout tar (oci above) to OUT, after checking
+    that the image's config says ARCH: what a node of that architecture would run."""
+    with tarfile.open(layout) as t:
+        blob = lambda d: t.extractfile("blobs/sha256/" + d.removeprefix("sha256:")).read()
+        (top,) = json.loads(t.extractfile("index.json").read())["manifests"]
+        descs = [m for m in json.loads(blob(top["digest"]))["manifests"]
+                 if m["platform"] == {"architecture": arch, "os": "linux"}]
+        if len(descs) != 1:
+            sys.exit(f"{layout}: {len(descs)} manifests for linux/{arch}")
+        manifest = json.loads(blob(descs[0]["digest"]))
+        config = json.loads(blob(manifest["config"]["digest"]))
+        if config["architecture"] != arch:
+            sys.exit(f"{layout}: the linux/{arch} image's config says {config['architecture']}")
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob(layer["digest"])))) as lt:
+                if path in lt.getnames():
+                    with open(out, "wb") as f:
+                        f.write(lt.extractfile(path).read())
+                    os.chmod(out, 0o755)
+                    return
+    sys.exit(f"{layout}: no {path} in the linux/{arch} image")
 
 
 def sbom(package: str, image: str, version: str, out: str) -> None:
@@ -140,8 +193,20 @@ def sbom(package: str, image: str, version: str, out: str) -> None:
         f.write("\n")
 
 
-def krew(version: str, archive: str, uri: str, out: str) -> None:
-    digest = sha256(open(archive, "rb").read())
+def krew(version: str, uri_base: str, out: str, *archives: str) -> None:
+    """ARCHIVES: kubectl-sandbox-linux-ARCH.tar.gz each, served at URI_BASE/<file name>."""
+    platforms = ""
+    for archive in archives:
+        name = os.path.basename(archive)
+        arch = name.removeprefix("kubectl-sandbox-linux-").removesuffix(".tar.gz")
+        platforms += f"""  - selector:
+      matchLabels:
+        os: linux
+        arch: {arch}
+    uri: {uri_base}/{name}
+    sha256: {sha256(open(archive, "rb").read())}
+    bin: kubectl-sandbox
+"""
     text = f"""apiVersion: krew.googlecontainertools.github.com/v1alpha2
 kind: Plugin
 metadata:
@@ -155,13 +220,7 @@ spec:
     follows its output with cursors, waits for it and signals it, through the
     sandbox-process-operator's API.
   platforms:
-  - selector:
-      matchLabels:
-        os: linux
-        arch: amd64
-    uri: {uri}
-    sha256: {digest}
-    bin: kubectl-sandbox
+{platforms.rstrip()}
   caveats: |
     `kubectl sandbox <TAB>` completes through kubectl_complete-sandbox (kubectl 1.26+), which
     krew installs but does not put on PATH; link it next to the plugin once:
@@ -185,7 +244,11 @@ def sums(d: str) -> None:
 
 
 if __name__ == "__main__":
-    cmds = {"oci": (oci, 3), "sbom": (sbom, 4), "krew": (krew, 4), "sums": (sums, 1)}
-    if len(sys.argv) < 2 or sys.argv[1] not in cmds or len(sys.argv) - 2 != cmds[sys.argv[1]][1]:
+    # the least number of arguments, and whether more may follow (one per architecture)
+    cmds = {"oci": (oci, 3, True), "sbom": (sbom, 4, False), "krew": (krew, 4, True),
+            "image-file": (image_file, 4, False), "sums": (sums, 1, False)}
+    fn, n, more = cmds.get(sys.argv[1] if len(sys.argv) > 1 else "", (None, -1, False))
+    got = len(sys.argv) - 2
+    if fn is None or got < n or (got > n and not more):
         sys.exit(__doc__)
-    cmds[sys.argv[1]][0](*sys.argv[2:])
+    fn(*sys.argv[2:])

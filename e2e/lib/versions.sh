@@ -18,7 +18,12 @@ KUBE_ROUTER_DEP_BUMPS="golang.org/x/net@v0.63.0 golang.org/x/crypto@v0.59.0 goog
 # tmux and bash-completion: e2e/cli completes `kubectl sandbox <TAB>` in an interactive bash.
 # prometheus: promtool, which tests the chart's alert rules and dashboard queries
 # (deploy/prometheus/test); its service is not wanted, only the binaries.
-HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux mount iproute2 curl tar gcc libc6-dev protobuf-compiler lua5.1 docker-registry skopeo ipset tmux bash-completion prometheus"
+# gcc-aarch64-linux-gnu, libc6-dev-arm64-cross: e2e/release's arm64 binaries (linker, ring's C);
+# qemu-user: runs them here to prove they start.
+HOST_PACKAGES="runc iptables openssl busybox-static kmod util-linux mount iproute2 curl tar gcc libc6-dev protobuf-compiler lua5.1 docker-registry skopeo ipset tmux bash-completion prometheus gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
+# cosign, which signs and verifies e2e/release's images, SBOM attestations, chart and plugin
+# archives (built from its Go module, like helm).
+COSIGN_VERSION=v2.6.5
 # The registry e2e/release runs on 127.0.0.1 (plain HTTP; the cluster's containerd is told so).
 REGISTRY_PORT=5123
 # cert-manager's CRDs (from its Go module: its controller's own modules are not served to us, so
