@@ -122,6 +122,10 @@ struct Serve {
     /// Output kept per process; older output is dropped with an explicit gap marker.
     #[arg(long, default_value_t = 64 << 20)]
     log_retention_bytes: u64,
+    /// How long the OCI runtime may take to start one process (`runc exec`) before the start
+    /// fails, the runtime is killed and whatever it started is ended.
+    #[arg(long, default_value_t = sandbox_agent::shared::launch::DEFAULT_RUNTIME_TIMEOUT_MS)]
+    runtime_timeout_ms: u64,
     /// What all processes' output together may hold in the state dir (default: a quarter of its
     /// filesystem); beyond it the oldest finished output is freed, then running ones trimmed.
     #[arg(long)]
@@ -532,6 +536,7 @@ fn registry_config(
         runtime_binary: s.runtime_binary.clone(),
         default_runtime_root: s.runtime_root.clone(),
         retention_bytes: s.log_retention_bytes,
+        runtime_timeout_ms: s.runtime_timeout_ms,
         backoff: sandbox_agent::shared::launch::Backoff {
             initial_ms: s.restart_backoff_initial_ms,
             max_ms: s.restart_backoff_max_ms,

@@ -438,6 +438,76 @@ async fn a_vulnerable_runc_is_refused() {
     );
 }
 
+/// Processes on the host whose command line is exactly `argv`.
+fn procs_with_cmdline(argv: &[&str]) -> Vec<i32> {
+    let want = argv.join("\0") + "\0";
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes())
+        })
+        .collect()
+}
+
+/// A runtime that starts the process and then never returns (a start once hung for good under
+/// load) fails the start after --runtime-timeout-ms, and leaves nothing running: not the
+/// runtime, not the process it had started.
+#[tokio::test]
+async fn a_runtime_that_never_returns_fails_the_start_and_leaves_nothing() {
+    let dir = base_dir("hung-runtime");
+    let wrapper = dir.join("runc-then-hang");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\n{} \"$@\" || exit $?\ncase \" $* \" in *\" exec \"*) exec sleep 3601 ;; esac\n",
+            runc()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let w = wrapper.to_str().unwrap();
+    let f = Fx::new(
+        "hung-runtime",
+        0,
+        &["--runtime-binary", w, "--runtime-timeout-ms", "2000"],
+    );
+    let t = std::time::Instant::now();
+    let rec = f
+        .agent
+        .start(&req(&f.ctr, &["sleep", "3602"]))
+        .await
+        .expect("the start is answered with its record");
+    let rec = f
+        .agent
+        .wait_final(&rec.exec_id, Duration::from_secs(20))
+        .await;
+    assert_eq!(rec.phase, Phase::Error, "{rec:?}");
+    let err = rec.error.expect("an error");
+    assert_eq!(err.code, sandbox_api::wire::ErrorCode::ProcessSpawnFailed);
+    assert!(
+        err.message
+            .contains("did not start the process within 2000 ms"),
+        "{err:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    // The process runc had started, and the runtime itself, are gone.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let mut left = (vec![], vec![]);
+    while std::time::Instant::now() < until {
+        left = (
+            procs_with_cmdline(&["sleep", "3602"]),
+            procs_with_cmdline(&["sleep", "3601"]),
+        );
+        if left == (vec![], vec![]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, (vec![], vec![]), "(process, runtime) still running");
+}
+
 #[tokio::test]
 async fn launch_errors_are_precise() {
     let f = fx();

@@ -17,9 +17,20 @@ pub struct LaunchSpec {
     pub runtime_binary: String,
     pub runtime_root: String,
     pub retention_bytes: u64,
+    /// How long the runtime (`runc exec -d`) may take to start the process before the start
+    /// fails; absent in a spec from an agent that predates the bound.
+    #[serde(default = "default_runtime_timeout_ms")]
+    pub runtime_timeout_ms: u64,
     /// The back-off between runs of a restarting process (`restartPolicy`).
     #[serde(default)]
     pub backoff: Backoff,
+}
+
+/// runc starts a process in tens of milliseconds, seconds on a loaded node; a minute is a hang.
+pub const DEFAULT_RUNTIME_TIMEOUT_MS: u64 = 60_000;
+
+fn default_runtime_timeout_ms() -> u64 {
+    DEFAULT_RUNTIME_TIMEOUT_MS
 }
 
 /// The wait before a process's next run, as the kubelet's before a container's restart: `initial`

@@ -6,6 +6,8 @@
 //! instead, and a signal stays a plain number end to end.
 
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 /// The end of a child process, as the kernel reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +73,42 @@ pub fn wait_for(pid: i32) -> io::Result<ChildEnd> {
     }
 }
 
+/// Waits up to `limit` for child `pid` to end: `Ok(None)` when it is still running then (it is
+/// left so). A pidfd wakes the wait at the child's end, with no polling.
+pub fn wait_for_within(pid: i32, limit: Duration) -> io::Result<Option<ChildEnd>> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        // Before Linux 5.3: no bound rather than no start.
+        return wait_for(pid).map(Some);
+    }
+    // SAFETY: the descriptor was just returned to us and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let until = Instant::now() + limit;
+    loop {
+        if let Some((_, st)) = wait_raw(pid, libc::WNOHANG)? {
+            if let Some(end) = ChildEnd::from_raw(st) {
+                return Ok(Some(end));
+            }
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: one pollfd, a live local, for the length of the call.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(io::Error::last_os_error());
+        }
+    }
+}
+
 /// waitpid(2), retried on EINTR; `Ok(None)` when WNOHANG found nothing.
 fn wait_raw(pid: i32, flags: libc::c_int) -> io::Result<Option<(i32, libc::c_int)>> {
     loop {
@@ -94,6 +132,36 @@ fn wait_raw(pid: i32, flags: libc::c_int) -> io::Result<Option<(i32, libc::c_int
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child past the bound is left running (`None`, promptly); one that ends within it is
+    /// reported as soon as it ends, not at the bound.
+    #[test]
+    // Both children are reaped by the functions under test, which clippy cannot see.
+    #[allow(clippy::zombie_processes)]
+    fn wait_within_is_bounded_and_prompt() {
+        let mut long = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        let got = wait_for_within(long.id() as i32, Duration::from_millis(200)).unwrap();
+        assert_eq!(got, None);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        long.kill().unwrap();
+        assert_eq!(
+            wait_for(long.id() as i32).unwrap(),
+            ChildEnd::Signaled(libc::SIGKILL)
+        );
+
+        let quick = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.1; exit 7"])
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        let got = wait_for_within(quick.id() as i32, Duration::from_secs(20)).unwrap();
+        assert_eq!(got, Some(ChildEnd::Exited(7)));
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
 
     /// Every signal whose default action ends a process (all of 1–64 but the eight that
     /// ignore or stop) kills a real child, and comes back with its own number — the real-time

@@ -74,7 +74,12 @@ impl Supervisor {
         };
         // runc returns once the process runs (or failed to); the process is then reparented to
         // us as the subreaper. Output produced meanwhile waits in the (1 MiB) pipes.
-        let status = wait::wait_for(child.id() as i32)?;
+        let runtime_pid = child.id() as i32;
+        let limit = Duration::from_millis(self.spec.runtime_timeout_ms);
+        let Some(status) = wait::wait_for_within(runtime_pid, limit)? else {
+            self.runtime_hung(runtime_pid, &pid_file)?;
+            return Ok(false);
+        };
         self.forget_env();
         let host_pid = std::fs::read_to_string(&pid_file)
             .ok()
@@ -239,6 +244,23 @@ impl Supervisor {
         let msg = runtime_error(log).unwrap_or_else(|| format!("runtime exited with {status:?}"));
         let code = classify_runtime_error(&msg);
         self.fail(code, msg)
+    }
+
+    /// The runtime did not return within its bound (a wedged runtime must not wedge the start
+    /// forever): it is killed, and `fail` ends whatever it had started in the process's cgroup,
+    /// so a failed start leaves nothing running.
+    fn runtime_hung(&mut self, runtime_pid: i32, pid_file: &Path) -> Result<()> {
+        // SAFETY: kill(2) on our own child, not yet reaped: its pid cannot have been reused.
+        unsafe { libc::kill(runtime_pid, libc::SIGKILL) };
+        let _ = wait::wait_for(runtime_pid);
+        let _ = std::fs::remove_file(pid_file);
+        self.forget_env();
+        let msg = format!(
+            "the runtime ({}) did not start the process within {} ms; it was killed, with \
+             anything it had started",
+            self.spec.runtime_binary, self.spec.runtime_timeout_ms
+        );
+        self.fail(ErrorCode::ProcessSpawnFailed, msg)
     }
 
     /// From here the process is Running: deadlines start, readiness starts, the record says so.

@@ -41,6 +41,8 @@ pub struct Config {
     /// Used when the lookup does not say where the container's runtime state lives.
     pub default_runtime_root: String,
     pub retention_bytes: u64,
+    /// The bound on one `runc exec` (LaunchSpec::runtime_timeout_ms).
+    pub runtime_timeout_ms: u64,
     /// The back-off between runs of a restarting process.
     pub backoff: crate::shared::launch::Backoff,
     /// Prefix under which container roots are visible (`/proc`; with hostPID the host's).

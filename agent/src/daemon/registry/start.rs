@@ -168,6 +168,7 @@ impl Registry {
                 .clone()
                 .unwrap_or_else(|| self.cfg.default_runtime_root.clone()),
             retention_bytes: self.cfg.retention_bytes,
+            runtime_timeout_ms: self.cfg.runtime_timeout_ms,
             backoff: self.cfg.backoff,
         };
         Ok((process, launch))
