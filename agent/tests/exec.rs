@@ -785,6 +785,11 @@ async fn logs_cursors_replay_follow() {
     let mut joined = text(&events[..=mid], None);
     joined.push_str(&text(&rest, None));
     assert_eq!(joined, text(&events, None));
+    // The same place as an agent before owner-tagged cursors wrote it (`c<offset>`): a follow
+    // that crosses the agent's upgrade goes on from there, the same bytes.
+    let offset = cursor.trim_start_matches('c').split('.').next().unwrap();
+    let old = f.agent.logs(&r.exec_id, &format!("since=c{offset}")).await;
+    assert_eq!(text(&old, None), text(&rest, None));
     // Stream filter and maxBytes.
     let only_err = f.agent.logs(&r.exec_id, "stream=Stderr").await;
     assert_eq!(text(&only_err, None), expect_err);

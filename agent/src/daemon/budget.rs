@@ -43,6 +43,9 @@ struct Ledger {
     /// Segments, oldest first, with their sizes.
     segs: Vec<(PathBuf, u64)>,
     finished: Option<SystemTime>,
+    /// Its writer is a supervisor from before segments were named with their data count
+    /// (`<offset>.seg`): that one fails, and ends, when a segment it rotates out is gone.
+    old_writer: bool,
 }
 
 impl Ledger {
@@ -104,8 +107,9 @@ impl Budget {
             .filter_map(|r| {
                 let id = ExecId::parse(&r.exec_id).ok()?;
                 let dir = layout.ledger(&id);
-                let segs = ledger::segments(&dir)
-                    .ok()?
+                let found = ledger::segments(&dir).ok()?;
+                let old_writer = found.last().is_some_and(|s| s.data_before.is_none());
+                let segs = found
                     .into_iter()
                     .filter_map(|s| Some((s.path.clone(), fs::metadata(&s.path).ok()?.len())))
                     .collect::<Vec<_>>();
@@ -114,6 +118,7 @@ impl Budget {
                     dir,
                     segs,
                     finished: finished_at(r),
+                    old_writer,
                 })
             })
             .filter(|l| !l.segs.is_empty())
@@ -149,11 +154,13 @@ impl Budget {
             out.freed.push((ledgers[i].id.clone(), why));
             ledgers[i].segs.clear();
         }
-        // Still over: the largest running ledgers give up their oldest segments.
+        // Still over: the largest running ledgers give up their oldest segments (not one an
+        // older supervisor writes, which its own retention cap bounds: after an upgrade of the
+        // agent it would die at its next rotation, its exit lost).
         while held > self.max_bytes {
             let Some(l) = ledgers
                 .iter_mut()
-                .filter(|l| l.finished.is_none() && l.segs.len() > 1)
+                .filter(|l| l.finished.is_none() && !l.old_writer && l.segs.len() > 1)
                 .max_by_key(|l| l.bytes())
             else {
                 break;
@@ -179,6 +186,48 @@ pub fn default_budget(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Over the budget, a running ledger gives up its oldest segments, unless an older
+    /// supervisor writes it (segments named `<offset>.seg`), which would die at its next
+    /// rotation if one were gone.
+    #[test]
+    fn running_ledgers_of_older_supervisors_are_not_trimmed() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = Layout::new(root.path());
+        let ids = [
+            "3f0c8a9e-1b2c-4d5e-8f90-0123456789a1",
+            "3f0c8a9e-1b2c-4d5e-8f90-0123456789a2",
+        ];
+        let names = [
+            ["00000000000000000000.seg", "00000000000000001000.seg"],
+            [
+                "00000000000000000000-00000000000000000000.seg",
+                "00000000000000001000-00000000000000000990.seg",
+            ],
+        ];
+        let mut records = Vec::new();
+        for (id, names) in ids.iter().zip(names) {
+            let dir = layout.ledger(&ExecId::parse(id).unwrap());
+            fs::create_dir_all(&dir).unwrap();
+            for n in names {
+                fs::write(dir.join(n), vec![0u8; 1000]).unwrap();
+            }
+            let mut r = ProcessRecord::starting(id, "p", "c", "ctr");
+            r.phase = sandbox_api::wire::Phase::Running;
+            records.push(r);
+        }
+        let budget = Budget {
+            max_bytes: 1000,
+            finished_ttl: Duration::from_secs(3600),
+        };
+        let sweep = budget.sweep(&layout, &records, SystemTime::now());
+        assert_eq!(sweep.trimmed, 1, "{sweep:?}");
+        let left = |i: usize| {
+            let dir = layout.ledger(&ExecId::parse(ids[i]).unwrap());
+            ledger::segments(&dir).unwrap().len()
+        };
+        assert_eq!((left(0), left(1)), (2, 1), "old writer's ledger untouched");
+    }
 
     #[test]
     fn rfc3339_seconds() {

@@ -292,8 +292,8 @@ async fn logs(
 ) -> Result<Response, AgentError> {
     let eid = ExecId::parse(&id)?;
     let rec = st.registry.get(&id)?;
-    let (start, until) = log_span(&eid, &q, &rec)?;
     let dir = st.registry.layout().ledger(&eid);
+    let (start, until) = log_span(&eid, &q, &rec, &dir)?;
     if let Some(why) = crate::daemon::budget::freed(&dir) {
         return Err(AgentError::OutputFreed(format!("process {id}: {why}")));
     }
@@ -330,9 +330,16 @@ fn log_span(
     eid: &ExecId,
     q: &LogQuery,
     rec: &ProcessRecord,
+    dir: &std::path::Path,
 ) -> Result<(Pos, Option<Pos>), AgentError> {
-    let decode = |c: &str| {
-        decode_cursor(eid.as_str(), c).map_err(|e| AgentError::InvalidRequest(e.to_string()))
+    let decode = |c: &str| match decode_cursor(eid.as_str(), c) {
+        Ok(p) => Ok(p),
+        // A follow that began on an older agent resumes here after its upgrade.
+        Err(e) => match ledger::decode_legacy_cursor(c) {
+            Some(offset) => ledger::legacy_pos(dir, offset)
+                .map_err(|e| AgentError::InvalidRequest(format!("since {c:?}: {e}"))),
+            None => Err(AgentError::InvalidRequest(e.to_string())),
+        },
     };
     if !q.previous {
         let start = q.since.as_deref().map(decode).transpose()?;

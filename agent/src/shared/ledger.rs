@@ -160,11 +160,18 @@ pub fn segments(dir: &Path) -> io::Result<Vec<Segment>> {
 /// Output bytes in the complete frames of a segment (headers only are read), and how many of
 /// them are lost frames' counts.
 fn payload_bytes(path: &Path) -> io::Result<(u64, u64)> {
+    let (data, lost, _) = payload_upto(path, u64::MAX)?;
+    Ok((data, lost))
+}
+
+/// Like [`payload_bytes`], over the frames that start before `until` bytes into the segment;
+/// also where the last frame counted ends.
+fn payload_upto(path: &Path, until: u64) -> io::Result<(u64, u64, u64)> {
     let mut r = BufReader::new(File::open(path)?);
     let len = r.get_ref().metadata()?.len();
     let (mut at, mut data, mut lost) = (0u64, 0u64, 0u64);
     let mut hdr = [0u8; HEADER];
-    while at + HEADER as u64 <= len {
+    while at < until && at + HEADER as u64 <= len {
         r.read_exact(&mut hdr)?;
         let n = u64::from(u32::from_le_bytes(hdr[2..6].try_into().unwrap()));
         if hdr[0] != MAGIC || at + HEADER as u64 + n > len {
@@ -181,7 +188,47 @@ fn payload_bytes(path: &Path) -> io::Result<(u64, u64)> {
         }
         at += HEADER as u64 + n;
     }
-    Ok((data, lost))
+    Ok((data, lost, at))
+}
+
+/// `c<offset>` (hex), the cursor of an agent from before cursors carried a data count and an
+/// owner: its offset, if `c` is one.
+pub fn decode_legacy_cursor(c: &str) -> Option<u64> {
+    let hex = c.strip_prefix('c')?;
+    (!hex.is_empty() && hex.len() <= 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten()
+}
+
+/// Where an older agent's cursor (`decode_legacy_cursor`) is in `dir`'s ledger: its offset, with
+/// the data count this agent gives that frame boundary (as [`LedgerWriter::open`] counts older
+/// segments), so a follow that crosses the agent's upgrade goes on with no gap or repeat.
+pub fn legacy_pos(dir: &Path, offset: u64) -> Result<Pos, ReadError> {
+    let segs = segments(dir)?;
+    let mut prev_end: Option<u64> = None;
+    for (i, seg) in segs.iter().enumerate() {
+        let start_data = seg.data_before.unwrap_or(prev_end.unwrap_or(seg.start));
+        if offset < seg.start {
+            // Dropped since (or before the first segment): the read starts with a gap.
+            let data = start_data.saturating_sub(seg.start - offset);
+            return Ok(Pos { offset, data });
+        }
+        if segs.get(i + 1).is_none_or(|next| offset < next.start) {
+            let (data, _, at) = payload_upto(&seg.path, offset - seg.start)?;
+            if at != offset - seg.start {
+                return Err(ReadError::BadCursor(offset));
+            }
+            return Ok(Pos {
+                offset,
+                data: start_data + data,
+            });
+        }
+        prev_end = Some(start_data + payload_bytes(&seg.path)?.0);
+    }
+    match offset {
+        0 => Ok(Pos::default()),
+        _ => Err(ReadError::BadCursor(offset)),
+    }
 }
 
 /// A retained segment as the writer tracks it.
@@ -650,6 +697,60 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// An older agent's cursor (`c<offset>`) on an older supervisor's ledger (segments named
+    /// `<offset>.seg`, the first of them dropped) reads on from the same frame as the cursor
+    /// this agent gives that boundary: no gap, no repeat; inside a frame it is refused.
+    #[test]
+    fn an_older_agents_cursor_resumes_where_it_was() {
+        let d = tempfile::tempdir().unwrap();
+        let mut w = LedgerWriter::open(d.path(), 16384).unwrap();
+        for i in 0..30u8 {
+            w.append(Stream::Stdout, u64::from(i), &[b'a' + i % 26; 700])
+                .unwrap();
+        }
+        drop(w);
+        for seg in segments(d.path()).unwrap() {
+            let old = d.path().join(format!("{:020}{SEG_SUFFIX}", seg.start));
+            std::fs::rename(&seg.path, old).unwrap();
+        }
+        assert!(
+            segments(d.path()).unwrap()[0].start > 0,
+            "the first was dropped"
+        );
+        let (all, end) = read_after(d.path(), Pos::default(), u64::MAX).unwrap();
+        let cursors: Vec<Pos> = all
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Data { cursor, .. } => Some(*cursor),
+                Entry::Gap { .. } => None,
+            })
+            .collect();
+        for (i, c) in cursors.iter().enumerate() {
+            let old = decode_legacy_cursor(&format!("c{:x}", c.offset)).unwrap();
+            let p = legacy_pos(d.path(), old).unwrap();
+            assert_eq!(p, *c, "frame {i}");
+            let (rest, rest_end) = read_after(d.path(), p, u64::MAX).unwrap();
+            assert_eq!(
+                data(&rest),
+                data(&all[all.len() - (cursors.len() - 1 - i)..])
+            );
+            assert_eq!(rest_end, end);
+        }
+        let first = segments(d.path()).unwrap()[0].start;
+        assert!(matches!(
+            legacy_pos(d.path(), first + 3),
+            Err(ReadError::BadCursor(_))
+        ));
+        assert_eq!(
+            legacy_pos(d.path(), 0).unwrap().offset,
+            0,
+            "dropped: a gap first"
+        );
+        assert_eq!(decode_legacy_cursor("c1.2.000000000000"), None);
+        assert_eq!(decode_legacy_cursor("c"), None);
+        assert_eq!(decode_legacy_cursor("c1f"), Some(31));
     }
 
     #[test]
