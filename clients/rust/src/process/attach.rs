@@ -117,9 +117,12 @@ impl AttachInput {
 
     /// Closes the connection and leaves the process running (stdin stays open; attach again
     /// to go on): the output half ends too. Bytes sent but not yet taken may be lost: a writer
-    /// that goes on later starts from [`Process::stdin_state`].
+    /// that goes on later starts from [`Process::stdin_state`]. A session that has ended (the
+    /// process exited and its output was all delivered) has nothing left to close: `Ok`, as
+    /// Python's `detach()` is.
     pub async fn detach(self) -> Result<()> {
-        self.tx.send(Cmd::Detach).await.map_err(|_| gone())
+        let _ = self.tx.send(Cmd::Detach).await;
+        Ok(())
     }
 }
 
