@@ -184,6 +184,9 @@ async fn run_it_in_tmux_size_resize_vi_ctrl_c_detach_attach_exit_7() {
         tm.line("sleep 100").await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
         tm.tmux(&["send-keys", "-t", "t", "C-c"]).await?;
+        // As a person does: the prompt first (keys typed before it are echoed by the line
+        // discipline, then again by the shell's line editor: seen once in CI).
+        tm.until(r"^\^C\n+inner#\s*$", 20).await?;
         tm.line("echo A$((3+4))B").await?;
         // Answered by the inner shell (an outer one would answer too, had Ctrl-C ended us).
         tm.until(r"^inner# echo A\$\(\(3\+4\)\)B\n+A7B$", 20)
