@@ -44,14 +44,19 @@ pub(super) struct AgentState {
     /// Its watch has synced once since we started: `records` holds what it held then, also
     /// while it is unreachable now.
     ever_synced: bool,
+    /// When its watch last failed (see [`waited_for`]).
+    last_failure: Option<Instant>,
 }
 
 /// Whether a start waits for an agent's watch before judging where its process already is: an
 /// agent never synced since we started is waited for [`SYNC_WAIT`] from when we could first ask
-/// it (its watch began, our trust material loaded); after that it is taken to be down.
+/// it (its watch began, our trust material loaded); after that it is taken to be down if its
+/// watch has failed since (refused, or no connection within 3 s: a partitioned node), and
+/// waited for up to [`SLOW_SYNC_WAIT`] if not: its first list is on its way (a loaded node).
 fn waited_for(
     ever_synced: bool,
     watching_since: Option<Instant>,
+    last_failure: Option<Instant>,
     usable: Instant,
     now: Instant,
 ) -> bool {
@@ -59,7 +64,9 @@ fn waited_for(
         return false;
     }
     let began = watching_since.map_or(now, |t| t.max(usable));
-    now.saturating_duration_since(began) < SYNC_WAIT
+    let waited = now.saturating_duration_since(began);
+    let failed = last_failure.is_some_and(|t| t >= began);
+    waited < SYNC_WAIT || (!failed && waited < SLOW_SYNC_WAIT)
 }
 
 /// How long a start waits for an agent's watch to sync before judging without it
@@ -68,6 +75,10 @@ fn waited_for(
 /// agent unreachable for all of it, holding a start whose leader went before any status, is
 /// taken to be down, and a pod re-created on another node could then start the process again.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
+/// How long an agent whose watch has not failed is waited for: taking a slow agent for a down
+/// one started a process a second time in CI (a new leader, a start whose status an earlier
+/// leader never wrote, its pod re-created on another node).
+const SLOW_SYNC_WAIT: Duration = Duration::from_secs(60);
 
 /// Whether any agent holds a process of an exec id, from the watch caches.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,7 +134,7 @@ impl Agents {
                     record: Box::new(r.clone()),
                 };
             }
-            unsure |= waited_for(s.ever_synced, s.watching_since, usable, now);
+            unsure |= waited_for(s.ever_synced, s.watching_since, s.last_failure, usable, now);
         }
         if unsure {
             Anywhere::NotYetKnown
@@ -225,7 +236,9 @@ impl Agents {
     async fn watch_loop(self: Arc<Self>, url: String) {
         let mut backoff = Duration::from_millis(250);
         loop {
-            match self.watch_once(&url).await {
+            let r = self.watch_once(&url).await;
+            let failed = r.is_err();
+            match r {
                 Ok(()) => {
                     debug!(agent = %url, "watch stream ended");
                     backoff = Duration::from_millis(250);
@@ -246,6 +259,9 @@ impl Agents {
                 let mut state = self.state.lock().unwrap();
                 let s = state.entry(url.clone()).or_default();
                 s.synced = false;
+                if failed {
+                    s.last_failure = Some(Instant::now());
+                }
                 s.records.keys().cloned().collect()
             };
             // Let the processes of this agent look again (their state is now unknown).
@@ -385,16 +401,22 @@ mod tests {
     fn agents_never_synced_are_waited_for_a_while_from_when_they_could_be_asked() {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
+        let failed = Some(s(1));
         // Synced once: its records (kept while it is down) are the answer; never waited for.
-        assert!(!waited_for(true, Some(t0), t0, s(1)));
-        // Its watch began 3 s ago: waited for; 10 s after, taken to be down.
-        assert!(waited_for(false, Some(t0), t0, s(3)));
-        assert!(!waited_for(false, Some(t0), t0, s(10)));
-        // Our TLS loaded late (its watch failing until then): counted from that moment.
-        assert!(waited_for(false, Some(t0), s(12), s(15)));
-        assert!(!waited_for(false, Some(t0), s(12), s(22)));
+        assert!(!waited_for(true, Some(t0), None, t0, s(1)));
+        // Its watch began 3 s ago: waited for; 10 s after, taken to be down if it failed.
+        assert!(waited_for(false, Some(t0), failed, t0, s(3)));
+        assert!(!waited_for(false, Some(t0), failed, t0, s(10)));
+        // Our TLS loaded late (its watch failing until then): counted from that moment, and a
+        // failure before it does not count.
+        assert!(waited_for(false, Some(t0), failed, s(12), s(15)));
+        assert!(waited_for(false, Some(t0), failed, s(12), s(22)));
+        assert!(!waited_for(false, Some(t0), Some(s(13)), s(12), s(22)));
+        // No failure: its first list is on its way; waited for up to a minute.
+        assert!(waited_for(false, Some(t0), None, t0, s(59)));
+        assert!(!waited_for(false, Some(t0), None, t0, s(60)));
         // Found but not watched yet.
-        assert!(waited_for(false, None, t0, s(60)));
+        assert!(waited_for(false, None, None, t0, s(60)));
     }
 
     #[test]
