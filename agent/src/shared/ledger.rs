@@ -125,6 +125,15 @@ pub struct Segment {
     pub path: PathBuf,
 }
 
+impl Segment {
+    /// Output bytes before this segment: from its name, or for an older agent's segment counted
+    /// on from the previous segment's end (`prev_end`), or from its offset for the first. The
+    /// one rule for the writer reopening a ledger and for an older agent's cursor.
+    fn data_start(&self, prev_end: Option<u64>) -> u64 {
+        self.data_before.unwrap_or(prev_end.unwrap_or(self.start))
+    }
+}
+
 fn parse_seg_name(name: &str) -> Option<(u64, Option<u64>)> {
     let stem = name.strip_suffix(SEG_SUFFIX)?;
     match stem.split_once('-') {
@@ -207,7 +216,7 @@ pub fn legacy_pos(dir: &Path, offset: u64) -> Result<Pos, ReadError> {
     let segs = segments(dir)?;
     let mut prev_end: Option<u64> = None;
     for (i, seg) in segs.iter().enumerate() {
-        let start_data = seg.data_before.unwrap_or(prev_end.unwrap_or(seg.start));
+        let start_data = seg.data_start(prev_end);
         if offset < seg.start {
             // Dropped since (or before the first segment): the read starts with a gap.
             let data = start_data.saturating_sub(seg.start - offset);
@@ -267,11 +276,7 @@ impl LedgerWriter {
         let mut retained: Vec<Retained> = Vec::new();
         for seg in segments(dir)? {
             let (data, lost) = payload_bytes(&seg.path)?;
-            // A segment of an older agent: count on from its predecessor (or from its offset).
-            let data_before = seg.data_before.unwrap_or(match retained.last() {
-                Some(r) => r.start.data + r.data,
-                None => seg.start,
-            });
+            let data_before = seg.data_start(retained.last().map(|r| r.start.data + r.data));
             retained.push(Retained {
                 start: Pos {
                     offset: seg.start,
