@@ -124,7 +124,9 @@ struct Serve {
     log_retention_bytes: u64,
     /// How long the OCI runtime may take to start one process (`runc exec`) before the start
     /// fails, the runtime is killed and whatever it started is ended.
-    #[arg(long, default_value_t = sandbox_agent::shared::launch::DEFAULT_RUNTIME_TIMEOUT_MS)]
+    /// At least 1000: runc takes tens of milliseconds, seconds on a loaded node.
+    #[arg(long, default_value_t = sandbox_agent::shared::launch::DEFAULT_RUNTIME_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1000..))]
     runtime_timeout_ms: u64,
     /// What all processes' output together may hold in the state dir (default: a quarter of its
     /// filesystem); beyond it the oldest finished output is freed, then running ones trimmed.
