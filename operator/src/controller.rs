@@ -98,7 +98,7 @@ fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> A
 /// Drops what the controller never reads from a cached SandboxProcess: `managedFields` (a deep
 /// JSON tree per field manager: ~15 KB of heap of a ~18 KB object) and kubectl's
 /// last-applied-configuration annotation (a second copy of the spec).
-fn slim(o: &mut SandboxProcess) {
+pub fn slim(o: &mut SandboxProcess) {
     o.metadata.managed_fields = None;
     if let Some(a) = o.metadata.annotations.as_mut() {
         a.remove(LAST_APPLIED);

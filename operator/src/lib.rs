@@ -1,5 +1,5 @@
 //! The SandboxProcess operator: the controller ([`controller`]), the pure status computation
-//! ([`status`]), the agent client and watches ([`agent`]), leader election ([`lease`]), what is remembered per object ([`memo`]), metrics
+//! ([`status`]), the agent client and watches ([`agent`]), leader election ([`lease`]), what is remembered per object ([`memo`]), giving freed memory back ([`memtrim`]), metrics
 //! ([`metrics`]) and the CRD generator ([`crdgen`]).
 pub mod act;
 pub mod agent;
@@ -13,6 +13,7 @@ pub mod envfrom;
 pub mod error;
 pub mod lease;
 pub mod memo;
+pub mod memtrim;
 pub mod metrics;
 pub mod pki;
 pub mod pod;

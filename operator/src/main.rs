@@ -176,6 +176,7 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::try_default().await?;
     let metrics = Arc::new(Metrics::new());
     serve_metrics(args.metrics_addr, metrics.clone());
+    sandbox_operator::memtrim::spawn(sandbox_operator::memtrim::EVERY);
     let (agents, changed) = agent_registry(&args, &client, &identity)?;
     if let Some(addr) = args.subresources_addr {
         serve_subresources(&args, client.clone(), addr, agents.clone(), metrics.clone());

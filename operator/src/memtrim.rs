@@ -1,0 +1,40 @@
+//! Gives the allocator's free memory back to the system now and then.
+//!
+//! A burst of work (thousands of objects created at once: their watch events, reconciles, status
+//! bodies) takes the heap to a peak that glibc keeps after the burst's memory is freed: free
+//! chunks stay in each thread's arena, and only the top of the main heap is returned on its own.
+//! The operator's RSS then reads as the burst's peak for the rest of its life (docs/benchmarks.md,
+//! "Operator memory"), which is what a memory limit and the kubelet's eviction look at.
+//! `malloc_trim(0)` returns every whole free page of every arena; called every few seconds it
+//! costs well under a millisecond on a heap of tens of MiB (operator/tests/memtrim.rs).
+use std::time::Duration;
+
+/// How often the free memory is given back.
+pub const EVERY: Duration = Duration::from_secs(5);
+
+/// Trims every `every` until the runtime shuts down.
+pub fn spawn(every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            // It takes each arena's lock in turn: off the async workers.
+            let _ = tokio::task::spawn_blocking(trim).await;
+        }
+    })
+}
+
+/// Returns the allocator's free pages to the system; whether any were.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn trim() -> bool {
+    // SAFETY: malloc_trim has no preconditions and takes the lock of each arena it trims, so it
+    // is sound to call from any thread while others allocate and free.
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
+/// Other allocators (musl's) give free memory back by themselves.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn trim() -> bool {
+    false
+}
