@@ -106,7 +106,7 @@ pub struct SandboxProcessSpec {
     /// `PodNotFound` until one does. Creating the object needs `create pods/exec` on every pod of
     /// the namespace (the pod is chosen later).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_selector: Option<PodSelector>,
+    pub pod_selector: Option<Box<PodSelector>>,
 
     /// Container of the pod. Default: the pod's `kubectl.kubernetes.io/default-container`
     /// annotation, else its first container.
@@ -143,7 +143,7 @@ pub struct SandboxProcessSpec {
     /// more privilege than the container's own process has. Default: the container's user.
     /// Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub security_context: Option<SecurityContextSpec>,
+    pub security_context: Option<Box<SecurityContextSpec>>,
 
     /// Lifetime in seconds (1–2147483647); on expiry the process is stopped
     /// (`endReason: TimedOut`).
@@ -153,7 +153,7 @@ pub struct SandboxProcessSpec {
 
     /// When the process counts as ready. Without it, started = ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub readiness: Option<ReadinessSpec>,
+    pub readiness: Option<Box<ReadinessSpec>>,
 
     /// `true`: send `stopSignal` to the process group, SIGKILL after
     /// `terminationGracePeriodSeconds`.
@@ -216,7 +216,7 @@ pub struct SandboxProcessSpec {
     /// container's): reaching the memory limit OOM-kills within this tree only, never the
     /// container or other processes. Never above the container's own limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourcesSpec>,
+    pub resources: Option<Box<ResourcesSpec>>,
 }
 
 /// `spec.terminal`: a window size in character cells.

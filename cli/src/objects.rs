@@ -421,7 +421,7 @@ pub fn table(items: &[Object], with_namespace: bool, wide: bool) -> String {
                     .unwrap_or_else(|| "<default>".into()),
             );
             row.push(s.pid.map(|p| p.to_string()).unwrap_or_else(none));
-            row.push(s.last_exit.as_ref().map_or_else(none, last_exit));
+            row.push(s.last_exit.as_ref().map_or_else(none, |l| last_exit(l)));
             row.push(command_line(&o.spec.command, 60));
         }
         if with_namespace {

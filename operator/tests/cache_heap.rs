@@ -74,7 +74,7 @@ fn object(i: usize) -> SandboxProcess {
 }
 
 #[test]
-fn a_cached_final_object_holds_under_three_kib_of_heap() {
+fn a_cached_final_object_holds_under_2_5_kib_of_heap() {
     const N: usize = 2_000;
     let objects: Vec<SandboxProcess> = (0..N).map(object).collect();
     let (store, mut writer) = reflector::store::<SandboxProcess>();

@@ -89,7 +89,7 @@ pub struct SandboxProcessStatus {
     /// How the previous run ended, with `spec.restartPolicy` (as a container's
     /// `lastState.terminated`); `kubectl sandbox logs --previous` prints its output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_exit: Option<LastExitStatus>,
+    pub last_exit: Option<Box<LastExitStatus>>,
     /// `Ready`, `Succeeded`, `Reconciling`, `Stalled` (kstatus-compatible).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

@@ -705,13 +705,13 @@ fn cel_immutability() {
     assert!(err.contains("container is immutable"), "{err}");
 
     let mut new = old.clone();
-    new.readiness = Some(ReadinessSpec {
+    new.readiness = Some(Box::new(ReadinessSpec {
         tcp_socket: Some(TcpSocketProbe { port: 80 }),
         http_get: None,
         log_match: None,
         period_millis: 500,
         timeout_seconds: None,
-    });
+    }));
     let err = cel_update(new, old.clone()).unwrap_err();
     assert!(err.contains("readiness is immutable"), "{err}");
 
@@ -721,10 +721,10 @@ fn cel_immutability() {
     assert!(err.contains("stdin is immutable"), "{err}");
 
     let mut new = old.clone();
-    new.security_context = Some(SecurityContextSpec {
+    new.security_context = Some(Box::new(SecurityContextSpec {
         run_as_user: Some(1000),
         ..Default::default()
-    });
+    }));
     let err = cel_update(new.clone(), old.clone()).unwrap_err();
     assert!(err.contains("securityContext is immutable"), "{err}");
     let mut newer = new.clone();

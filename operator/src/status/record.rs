@@ -40,12 +40,12 @@ pub(super) fn record_parts(s: &mut SandboxProcessStatus, r: &ProcessRecord, outp
         s.restart_count = r.restart_count.min(i32::MAX as u32) as i32;
     }
     if let Some(l) = &r.last_exit {
-        s.last_exit = Some(LastExitStatus {
+        s.last_exit = Some(Box::new(LastExitStatus {
             exit: l.exit.clone(),
             end_reason: l.end_reason.into(),
             started_at: parse_time(l.started_at.as_deref()),
             finished_at: parse_time(Some(&l.finished_at)),
-        });
+        }));
     }
 }
 
