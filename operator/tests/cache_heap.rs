@@ -89,7 +89,7 @@ fn a_cached_final_object_holds_under_2_5_kib_of_heap() {
     assert_eq!(store.state().len(), N);
     println!("heap per cached final object: {per_object} bytes");
     assert!(
-        per_object < 3 * 1024,
+        per_object < 2560,
         "{per_object} bytes of heap per cached object"
     );
 }
