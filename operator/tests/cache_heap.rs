@@ -31,7 +31,8 @@ fn live() -> usize {
     ALLOCATED.load(Ordering::Relaxed) - FREED.load(Ordering::Relaxed)
 }
 
-/// A final object as `kubectl apply` and the operator leave it (e2e/chart's, a short `true`).
+/// A final object as `kubectl apply` and the operator leave it: the shape of a live one
+/// (deploy/argocd's testdata), argv `true` as in e2e/bench.
 fn object(i: usize) -> SandboxProcess {
     let mut o: SandboxProcess = serde_json::from_value(serde_json::json!({
         "apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
