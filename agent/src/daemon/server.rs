@@ -309,6 +309,7 @@ async fn logs(
         registry: st.registry.clone(),
         id,
         eid,
+        legacy: ledger::is_legacy(&dir),
         dir,
         want: q.stream.unwrap_or(LogStream::Both),
         follow: q.follow,
@@ -381,6 +382,8 @@ struct LogReader {
     registry: Arc<Registry>,
     id: String,
     eid: ExecId,
+    /// An older supervisor's ledger: cursors in the older form (`ledger::is_legacy`).
+    legacy: bool,
     dir: std::path::PathBuf,
     want: LogStream,
     follow: bool,
@@ -463,6 +466,9 @@ impl LogReader {
     }
 
     fn cursor(&self, p: Pos) -> String {
+        if self.legacy {
+            return ledger::encode_legacy_cursor(p);
+        }
         encode_cursor(self.eid.as_str(), p)
     }
 

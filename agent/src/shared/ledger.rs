@@ -209,6 +209,18 @@ pub fn decode_legacy_cursor(c: &str) -> Option<u64> {
         .flatten()
 }
 
+/// The older form of a cursor (`c<offset>`), which older agents read too.
+pub fn encode_legacy_cursor(p: Pos) -> String {
+    format!("c{:x}", p.offset)
+}
+
+/// Whether `dir`'s ledger is an older supervisor's (every segment named `<offset>.seg`): its
+/// cursors are then given in the older form, so a follow resumes across a rollback to an older
+/// agent as it does across an upgrade (such a ledger has no data count for a cursor to carry).
+pub fn is_legacy(dir: &Path) -> bool {
+    segments(dir).is_ok_and(|s| !s.is_empty() && s.iter().all(|g| g.data_before.is_none()))
+}
+
 /// Where an older agent's cursor (`decode_legacy_cursor`) is in `dir`'s ledger: its offset, with
 /// the data count this agent gives that frame boundary (as [`LedgerWriter::open`] counts older
 /// segments), so a follow that crosses the agent's upgrade goes on with no gap or repeat.
@@ -716,10 +728,12 @@ mod tests {
                 .unwrap();
         }
         drop(w);
+        assert!(!is_legacy(d.path()), "this supervisor's ledger");
         for seg in segments(d.path()).unwrap() {
             let old = d.path().join(format!("{:020}{SEG_SUFFIX}", seg.start));
             std::fs::rename(&seg.path, old).unwrap();
         }
+        assert!(is_legacy(d.path()), "an older supervisor's ledger");
         assert!(
             segments(d.path()).unwrap()[0].start > 0,
             "the first was dropped"
@@ -733,7 +747,9 @@ mod tests {
             })
             .collect();
         for (i, c) in cursors.iter().enumerate() {
-            let old = decode_legacy_cursor(&format!("c{:x}", c.offset)).unwrap();
+            // What this agent gives for such a ledger is what an older agent gave.
+            assert_eq!(encode_legacy_cursor(*c), format!("c{:x}", c.offset));
+            let old = decode_legacy_cursor(&encode_legacy_cursor(*c)).unwrap();
             let p = legacy_pos(d.path(), old).unwrap();
             assert_eq!(p, *c, "frame {i}");
             let (rest, rest_end) = read_after(d.path(), p, u64::MAX).unwrap();
