@@ -222,7 +222,7 @@ in_pod() { k exec "$1" -c main -- "${@:2}"; }
 # deleted again) and the trust bundle for the agents' certificates (DIR/bundle.crt).
 agent_client() {
   local dir=$1 ns=$2 full=$3
-  kubectl -n "$ns" get secret "$full-operator-serving" -o 'jsonpath={.data.ca\.crt}' | base64 -d >"$dir/bundle.crt"
+  kubectl -n "$ns" get secret "$full-serving" -o 'jsonpath={.data.ca\.crt}' | base64 -d >"$dir/bundle.crt"
   kubectl -n "$ns" get secret "$full-ca" -o 'jsonpath={.data.tls\.crt}' | base64 -d >"$dir/ca.crt"
   kubectl -n "$ns" get secret "$full-ca" -o 'jsonpath={.data.tls\.key}' | base64 -d >"$dir/ca.key"
   openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$dir/client.key" \

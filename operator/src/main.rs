@@ -79,7 +79,7 @@ struct Args {
     subresources_addr: Option<SocketAddr>,
     /// The Secret (in `--namespace`) with the subresource API's serving certificate (`tls.crt`,
     /// `tls.key`), re-read while running.
-    #[arg(long, default_value = "sandbox-process-operator-operator-serving")]
+    #[arg(long, default_value = "sandbox-process-operator-serving")]
     serving_secret: String,
     /// `self`: the leader issues and renews the serving certificate from its own CA (kept in
     /// `--ca-secret`) and publishes the CA bundle into `--api-service`; `external`: another

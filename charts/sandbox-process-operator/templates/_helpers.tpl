@@ -152,3 +152,16 @@ readOnlyRootFilesystem: true
 {{- define "spo.metrics.agentSelector" -}}
 {{- .Values.metrics.prometheusRule.agentSelector | default (printf "job=%q" (include "spo.metrics.agentJob" .)) -}}
 {{- end -}}
+
+{{- /*
+"true" on an upgrade over a release whose agents speak plain HTTP (the releases before agent mutual
+TLS): its agent DaemonSet, found by lookup, runs without --tls=csr. No operator then reaches an agent
+of the other side, so the agents roll all at once and the operator is replaced, not rolled (two
+would hold different leases): the window without a reachable agent is one restart, not a rollout
+(docs/upgrading.md). Empty on installs and where lookup finds nothing (helm template, GitOps).
+*/ -}}
+{{- define "spo.fromPlainAgents" -}}
+{{- with lookup "apps/v1" "DaemonSet" .Release.Namespace (printf "%s-agent" (include "spo.fullname" .)) -}}
+{{- if not (contains "--tls=csr" (toJson .spec.template.spec.containers)) }}true{{ end -}}
+{{- end -}}
+{{- end -}}

@@ -363,10 +363,7 @@ async fn cert_manager_ca_renewal_keeps_the_old_ca_trusted_until_every_leaf_has_r
             full: env("SPO_CERTS_FULL"),
             dir,
         };
-        let (ca_secret, serving) = (
-            format!("{}-ca", r.full),
-            format!("{}-operator-serving", r.full),
-        );
+        let (ca_secret, serving) = (format!("{}-ca", r.full), format!("{}-serving", r.full));
         let dns = serving_dns(&r).await?;
         t.pods([pod("work", None)]).await?;
         // cert-manager issues the CA and the serving certificate; cainjector injects the CA.
