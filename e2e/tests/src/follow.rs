@@ -48,7 +48,12 @@ pub struct Seen {
 impl Follow {
     /// Opens a follow of NS/NAME; returns once the server answered 200.
     pub async fn open(client: &Client, ns: &str, name: &str) -> Result<Follow> {
-        let path = log_path(ns, name, "follow=true");
+        Follow::open_query(client, ns, name, "follow=true").await
+    }
+
+    /// Opens a read of NS/NAME with this query (e.g. `follow=true&since=CURSOR`).
+    pub async fn open_query(client: &Client, ns: &str, name: &str, query: &str) -> Result<Follow> {
+        let path = log_path(ns, name, query);
         let req = http::Request::get(&path).body(Vec::new())?;
         let body = client
             .request_stream(req)

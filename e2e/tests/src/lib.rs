@@ -19,6 +19,7 @@ pub mod ns;
 pub mod pods;
 pub mod release;
 pub mod tenants;
+pub mod upgrade;
 pub mod wait;
 
 pub use fields::{cond, field};

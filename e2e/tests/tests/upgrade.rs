@@ -1,0 +1,372 @@
+//! Upgrade and rollback of a running installation (issue 32, `rust_tests upgrade` from
+//! e2e/upgrade, which has installed the release named in e2e/upgrade-from): a mixed workload on
+//! the old release, then `helm upgrade` to this tree and `helm rollback`, with clients looping
+//! on starts and log reads and a follow resuming by cursor throughout. What must hold across
+//! both: every process runs exactly once, no running process is restarted, every exit code is
+//! exact, the follow has no gap or repeat, objects the old release wrote reconcile under the new.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use kube::api::{Patch, PatchParams};
+use kube::Client;
+use sandbox_api::crd::{Phase, SandboxProcess};
+use sandbox_e2e::follow::{decode, Follow};
+use sandbox_e2e::manifests::{pod, sbp, sh};
+use sandbox_e2e::upgrade::{failures, helm, longest_outage, looping, Attempt};
+use sandbox_e2e::{cmd, env, field, follow, with_ns, TestNs};
+use serde_json::json;
+use tokio::sync::{watch, Mutex};
+
+const TICKER: &str =
+    "i=0; while [ ! -e /tmp/stop-ticker ]; do i=$((i+1)); echo tick $i; sleep 0.2; done; exit 3";
+/// Enters its stop grace on SIGTERM and leaves it 30 s later with code 5.
+const GRACE: &str = "trap 't=1' TERM; t=0; while [ $t = 0 ]; do sleep 0.2; done; echo term; \
+    n=0; while [ $n -lt 150 ]; do sleep 0.2; n=$((n+1)); done; exit 5";
+const NEW_RUN: &str = "echo new-run; while [ ! -e /tmp/stop-new-run ]; do sleep 0.2; done; exit 9";
+const READY_LATER: &str =
+    "while [ ! -e /tmp/go-ready ]; do sleep 0.2; done; echo READY; exec sleep 100000";
+
+fn phase(o: &SandboxProcess) -> Option<Phase> {
+    o.status.as_ref().and_then(|s| s.phase)
+}
+
+/// The exit code a short process of this index ends with.
+fn code_of(i: u32) -> u32 {
+    (i * 37 + 11) % 256
+}
+
+/// What the follow of the ticker read, across reconnects.
+#[derive(Default)]
+struct Followed {
+    data: Vec<u8>,
+    reconnects: u32,
+    ended: bool,
+}
+
+/// Follows `name` to its end, resuming after every cut from the last cursor it was given.
+async fn follow_resuming(
+    client: Client,
+    ns: String,
+    name: &'static str,
+    seen: Arc<Mutex<Followed>>,
+) -> Result<()> {
+    let mut cursor: Option<String> = None;
+    loop {
+        let query = match &cursor {
+            Some(c) => format!("follow=true&since={}", percent(c)),
+            None => "follow=true".to_string(),
+        };
+        if let Ok(mut f) = Follow::open_query(&client, &ns, name, &query).await {
+            while let Ok(Some(ev)) = f.next().await {
+                if let Some(c) = ev["cursor"].as_str() {
+                    cursor = Some(c.to_string());
+                }
+                match ev["type"].as_str() {
+                    Some("data") => seen.lock().await.data.extend(decode(&ev)?),
+                    Some("truncated") => anyhow::bail!("the follow lost output: {ev}"),
+                    Some("end") if !ev["record"].is_null() => {
+                        seen.lock().await.ended = true;
+                        return Ok(());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        seen.lock().await.reconnects += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn percent(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `tick 1` … `tick N`, each once and in order: the ticker never restarted and nothing was
+/// lost or repeated; N.
+fn ticks_in_order(data: &[u8]) -> Result<u32> {
+    let text = String::from_utf8_lossy(data);
+    let mut n = 0;
+    for line in text.lines() {
+        let want = format!("tick {}", n + 1);
+        ensure!(line == want, "after tick {n} came {line:?} (want {want:?})");
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// One start as a client makes it: a short process applied, and final with its exit code
+/// within the attempt's bound.
+async fn start_one(t: &TestNs, prefix: &str, i: u32) -> Result<()> {
+    let name = format!("{prefix}-{i:03}");
+    let script = format!("echo {name} >> /tmp/runs; exit {}", code_of(i));
+    t.apply_sbp(sbp(&name, "w", sh(&script, json!({})))).await?;
+    let o = t
+        .until(&name, 30, "end", |o| phase(o) == Some(Phase::Exited))
+        .await?;
+    let code = field(&o, "/status/exit/code");
+    ensure!(code == code_of(i).to_string(), "{name}: exit code {code}");
+    Ok(())
+}
+
+/// One log read through the API server: `ended`'s whole output.
+async fn read_one(t: &TestNs) -> Result<()> {
+    let path = follow::log_path(&t.name, "ended", "");
+    let text = follow::get_text(&t.client, &path).await?;
+    ensure!(
+        text.contains("ZW5kZWQtb3V0cHV0Cg=="),
+        "the read said: {text:.300}"
+    );
+    Ok(())
+}
+
+/// Starts and log reads looping while `during` runs (and at least `min_starts` starts); their
+/// attempts, and what `during` returned.
+async fn with_clients<F, Fut, T>(
+    t: &TestNs,
+    prefix: &'static str,
+    min_starts: u32,
+    during: F,
+) -> Result<(T, Vec<Attempt>, Vec<Attempt>, Instant)>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let (stop, rx) = watch::channel(false);
+    let (ts, tr) = (t.clone(), t.clone());
+    let limit = Duration::from_secs(10);
+    let starts = tokio::spawn(looping(
+        rx.clone(),
+        Duration::from_millis(300),
+        limit,
+        min_starts,
+        move |i| {
+            let t = ts.clone();
+            async move { start_one(&t, prefix, i).await }
+        },
+    ));
+    let reads = tokio::spawn(looping(
+        rx,
+        Duration::from_millis(300),
+        limit,
+        0,
+        move |_| {
+            let t = tr.clone();
+            async move { read_one(&t).await }
+        },
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let out = during().await;
+    // Clients go on a while after the pods are ready: a late failure counts too.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let _ = stop.send(true);
+    let (starts, reads) = (starts.await?, reads.await?);
+    Ok((out?, starts, reads, Instant::now()))
+}
+
+/// Every short process of `prefix` final with its code, and run once (its line in /tmp/runs).
+async fn exactly_once(t: &TestNs, prefix: &str, n: usize) -> Result<()> {
+    for i in 0..n as u32 {
+        let name = format!("{prefix}-{i:03}");
+        let o = t
+            .until(&name, 120, "end", |o| phase(o) == Some(Phase::Exited))
+            .await?;
+        let code = field(&o, "/status/exit/code");
+        ensure!(code == code_of(i).to_string(), "{name}: exit code {code}");
+    }
+    let runs = t.in_pod("w", &["cat", "/tmp/runs"]).await?;
+    for i in 0..n as u32 {
+        let name = format!("{prefix}-{i:03}");
+        let times = runs.lines().filter(|l| *l == name).count();
+        ensure!(times == 1, "{name} ran {times} times");
+    }
+    Ok(())
+}
+
+fn note_clients(what: &str, starts: &[Attempt], reads: &[Attempt], end: Instant) {
+    for (op, a) in [("start", starts), ("log read", reads)] {
+        let (n, why) = failures(a);
+        println!(
+            "note: {what}: {op}s: {} attempts, {n} failed, longest failing {:.1} s{}",
+            a.len(),
+            longest_outage(a, end).as_secs_f64(),
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", why.join("; "))
+            }
+        );
+    }
+}
+
+/// The process's pid and start time, as its status says: a restart changes them.
+fn identity(o: &SandboxProcess) -> String {
+    format!(
+        "{} {}",
+        field(o, "/status/pid"),
+        field(o, "/status/startedAt")
+    )
+}
+
+/// The old release's workload: running, waiting for readiness, ended, and one in a long stop
+/// grace (asked to stop now); the ticker's identity.
+async fn old_workload(t: &TestNs) -> Result<String> {
+    t.pods([pod("w", None)]).await?;
+    let grace = json!({"terminationGracePeriodSeconds": 300});
+    let ready = json!({"readiness": {"logMatch": {"pattern": "READY"}}});
+    t.apply_sbps([
+        sbp("ticker", "w", sh(TICKER, json!({}))),
+        sbp("grace", "w", sh(GRACE, grace)),
+        sbp("ready-later", "w", sh(READY_LATER, ready)),
+        sbp("ended", "w", sh("echo ended-output; exit 7", json!({}))),
+    ])
+    .await?;
+    for name in ["ticker", "grace", "ready-later"] {
+        t.until(name, 60, "run", |o| phase(o) == Some(Phase::Running))
+            .await?;
+    }
+    t.until_field("ended", "/status/exit/code", "7", 60).await?;
+    let ticker = t.get("ticker").await?;
+    t.sbps()
+        .patch(
+            "grace",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"stop": true}})),
+        )
+        .await?;
+    Ok(identity(&ticker))
+}
+
+/// What must hold after each of the upgrade and the rollback.
+async fn still_whole(t: &TestNs, ticker: &str, seen: &Arc<Mutex<Followed>>) -> Result<()> {
+    let now = t.get("ticker").await?;
+    ensure!(
+        phase(&now) == Some(Phase::Running) && identity(&now) == ticker,
+        "the ticker: {:?} {} (was Running {ticker})",
+        phase(&now),
+        identity(&now)
+    );
+    t.until_field("ended", "/status/exit/code", "7", 60).await?;
+    read_one(t).await.context("reading ended's output")?;
+    let before = ticks_in_order(&seen.lock().await.data)?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = ticks_in_order(&seen.lock().await.data)?;
+    ensure!(after > before, "the follow stopped at tick {after}");
+    Ok(())
+}
+
+/// The chart saw the old agents (lookup) and rendered the crossing: agents all at once, the
+/// operator replaced.
+async fn crossing_rendered(release: &str, ns: &str) -> Result<()> {
+    let manifest = cmd::ok("helm", &["get", "manifest", release, "--namespace", ns]).await?;
+    for want in ["maxUnavailable: 100%", "type: Recreate"] {
+        ensure!(
+            manifest.contains(want),
+            "the upgraded release's manifest has no {want:?}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster and the old release: run by e2e/upgrade"]
+async fn upgrade_and_rollback_lose_nothing() {
+    with_ns("upgrade", |t| async move {
+        let (release, ns) = (env("SPO_UPGRADE_RELEASE"), env("SPO_UPGRADE_NAMESPACE"));
+        let (chart, values) = (env("SPO_UPGRADE_CHART"), env("SPO_UPGRADE_VALUES"));
+        let from = env("SPO_UPGRADE_FROM");
+        let ticker = old_workload(&t).await?;
+        let seen = Arc::new(Mutex::new(Followed::default()));
+        let follow = tokio::spawn(follow_resuming(
+            t.client.clone(),
+            t.name.clone(),
+            "ticker",
+            seen.clone(),
+        ));
+        // Upgrade: the chart of this tree over the running old release.
+        let mut args = vec!["upgrade", &release, &chart, "--namespace", &ns];
+        args.extend(values.split_whitespace());
+        args.extend(["--wait", "--timeout", "5m"]);
+        let (took, starts, reads, end) = with_clients(&t, "u", 100, || helm(&args)).await?;
+        println!(
+            "note: helm upgrade from {from}: all pods ready {:.1} s after it began",
+            took.as_secs_f64()
+        );
+        note_clients("upgrade", &starts, &reads, end);
+        crossing_rendered(&release, &ns).await?;
+        still_whole(&t, &ticker, &seen)
+            .await
+            .context("after the upgrade")?;
+        exactly_once(&t, "u", starts.len()).await?;
+        t.until_field("grace", "/status/exit/code", "5", 90).await?;
+        // An object the old release wrote, reconciled by the new one (a field only it writes).
+        t.until("ticker", 60, "be reconciled by the new operator", |o| {
+            !field(o, "/status/targetPodUID").is_empty()
+        })
+        .await?;
+        t.in_pod("w", &["touch", "/tmp/go-ready"]).await?;
+        t.until_true("ready-later", "Ready", 60).await?;
+        // Started under the new release, running across the rollback.
+        t.apply_sbp(sbp("new-run", "w", sh(NEW_RUN, json!({}))))
+            .await?;
+        t.until("new-run", 60, "run", |o| phase(o) == Some(Phase::Running))
+            .await?;
+        // Rollback to the old release's revision.
+        let rb = [
+            "rollback",
+            &release,
+            "1",
+            "--namespace",
+            &ns,
+            "--wait",
+            "--timeout",
+            "5m",
+        ];
+        let (took, starts, reads, end) = with_clients(&t, "r", 20, || helm(&rb)).await?;
+        println!(
+            "note: helm rollback to {from}: all pods ready {:.1} s after it began",
+            took.as_secs_f64()
+        );
+        note_clients("rollback", &starts, &reads, end);
+        still_whole(&t, &ticker, &seen)
+            .await
+            .context("after the rollback")?;
+        exactly_once(&t, "r", starts.len()).await?;
+        t.in_pod("w", &["touch", "/tmp/stop-new-run"]).await?;
+        t.until_field("new-run", "/status/exit/code", "9", 60)
+            .await?;
+        let path = follow::log_path(&t.name, "new-run", "");
+        let log = follow::get_text(&t.client, &path).await;
+        println!(
+            "note: after the rollback, the output of a process started under the new release: {}",
+            match &log {
+                Ok(text) if text.contains("bmV3LXJ1bgo=") => "readable".to_string(),
+                Ok(text) => format!("not there ({text:.200})"),
+                Err(e) => format!("unreadable ({e:#})"),
+            }
+        );
+        // The ticker ends with its own code; the follow reads every tick to the end.
+        t.in_pod("w", &["touch", "/tmp/stop-ticker"]).await?;
+        t.until_field("ticker", "/status/exit/code", "3", 60)
+            .await?;
+        tokio::time::timeout(Duration::from_secs(60), follow)
+            .await
+            .context("the follow did not end with the ticker")???;
+        let s = seen.lock().await;
+        let n = ticks_in_order(&s.data)?;
+        ensure!(s.ended, "the follow ended without the process's end");
+        println!(
+            "note: the follow read ticks 1..{n} in order across {} reconnects",
+            s.reconnects
+        );
+        Ok(())
+    })
+    .await;
+}
