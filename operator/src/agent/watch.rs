@@ -11,6 +11,7 @@ use tracing::{debug, info, warn};
 
 use super::client::{error_chain, AgentError};
 use super::{now, Agents};
+use crate::memo::ShrinkSparse;
 
 /// How long a watch stream may stay silent once the agent has said it sends heartbeats every
 /// `interval_ms`: three intervals, at least 5 s (a slow agent is not a gone one). Agents send one
@@ -31,7 +32,8 @@ pub enum Cached {
 
 #[derive(Default)]
 pub(super) struct AgentState {
-    records: HashMap<String, ProcessRecord>,
+    /// Boxed: a record is ~0.5 KB inline, which an unboxed table would hold per slot, used or not.
+    records: HashMap<String, Box<ProcessRecord>>,
     /// Processes whose final status is written ([`Agents::release`]): their records are not
     /// kept, also when the watch sends them again.
     released: HashSet<String>,
@@ -102,7 +104,7 @@ impl Agents {
         let state = self.state.lock().unwrap();
         match state.get(url) {
             Some(s) if s.synced => match s.records.get(id) {
-                Some(r) => Cached::Record(Box::new(r.clone())),
+                Some(r) => Cached::Record(r.clone()),
                 None => Cached::Absent,
             },
             _ => Cached::Unknown,
@@ -131,7 +133,7 @@ impl Agents {
             if let Some(r) = s.records.get(id) {
                 return Anywhere::Held {
                     node,
-                    record: Box::new(r.clone()),
+                    record: r.clone(),
                 };
             }
             unsure |= waited_for(s.ever_synced, s.watching_since, s.last_failure, usable, now);
@@ -153,7 +155,7 @@ impl Agents {
         match s.records.get(&rec.exec_id) {
             Some(old) if old.revision > rec.revision => {}
             _ => {
-                s.records.insert(rec.exec_id.clone(), rec.clone());
+                s.records.insert(rec.exec_id.clone(), Box::new(rec.clone()));
             }
         }
     }
@@ -166,6 +168,7 @@ impl Agents {
         for s in state.values_mut() {
             if s.records.remove(id).is_some() {
                 s.released.insert(id.to_string());
+                s.records.shrink_if_sparse();
             }
         }
     }
@@ -348,14 +351,16 @@ impl Agents {
                     if s.released.contains(&id) {
                         // Final and reported: nothing to keep or to look at.
                     } else if s.records.get(&id) != Some(&record) {
-                        s.records.insert(id.clone(), *record);
+                        s.records.insert(id.clone(), record);
                         changed.push(id);
                     }
                 }
                 WatchEvent::Deleted { exec_id } => {
                     seen.remove(&exec_id);
                     s.released.remove(&exec_id);
+                    s.released.shrink_if_sparse();
                     if s.records.remove(&exec_id).is_some() {
+                        s.records.shrink_if_sparse();
                         changed.push(exec_id);
                     }
                 }
@@ -376,7 +381,10 @@ impl Agents {
                         changed.push(id);
                     }
                     s.released.retain(|id| seen.contains(id));
+                    s.records.shrink_if_sparse();
+                    s.released.shrink_if_sparse();
                     seen.clear();
+                    seen.shrink_if_sparse();
                     if !*synced {
                         info!(agent = %url, processes = s.records.len(), "agent watch synced");
                     }
