@@ -319,7 +319,6 @@ async fn finished(
         output_due: false,
     });
     writer::write_changed(ctx, api, obj, prev, &next).await?;
-    ctx.metrics.set_phase(&uid, next.phase);
     match status::ttl_remaining(&obj.spec, &next, now) {
         Some(d) if d.is_zero() => {
             info!("ttlSecondsAfterFinished passed; deleting");

@@ -105,7 +105,6 @@ type Step = Result<Option<Action>, Error>;
 impl Deletion<'_> {
     fn done(&self, how: &str) -> Step {
         info!(how, "finalizer removed");
-        self.ctx.metrics.set_phase(&self.uid, None);
         self.ctx.memo.gone(&self.uid);
         Ok(None)
     }

@@ -151,6 +151,7 @@ pub async fn run(
     // copy of the object: nothing here reads them, and managedFields alone were ~80 % of each
     // cached object's heap (docs/benchmarks.md).
     let (store, writer) = reflector::store::<SandboxProcess>();
+    ctx.metrics.count_phases_of(store.clone());
     let objects = watcher(
         Api::<SandboxProcess>::all(client),
         watcher::Config::default(),

@@ -1,5 +1,5 @@
 //! The status writer: one server-side-apply patch with a timeout, counted in metrics, then the
-//! Events for the transitions and the phase gauge.
+//! Events for the transitions.
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
@@ -16,8 +16,8 @@ use crate::status;
 /// How long one status write may take before the reconcile gives up and retries with backoff.
 const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Writes `next` when it differs from `prev`, publishes the transitions' Events, sets the phase
-/// gauge. A status the API server refused for its content before is written withheld at once.
+/// Writes `next` when it differs from `prev` and publishes the transitions' Events. A status the
+/// API server refused for its content before is written withheld at once.
 pub async fn write(
     ctx: &Context,
     api: &Api<SandboxProcess>,
@@ -35,7 +35,6 @@ pub async fn write(
     for note in status::transitions(prev, next) {
         publish(ctx, obj, note).await;
     }
-    ctx.metrics.set_phase(&uid, next.phase);
     Ok(())
 }
 
