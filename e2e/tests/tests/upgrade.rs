@@ -165,7 +165,7 @@ where
     tokio::time::sleep(Duration::from_secs(2)).await;
     let out = during().await;
     // Clients go on a while after the pods are ready: a late failure counts too.
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
     let _ = stop.send(true);
     let (starts, reads) = (starts.await?, reads.await?);
     Ok((out?, starts, reads, Instant::now()))
