@@ -126,19 +126,40 @@ pub async fn deploy(args: &[&str]) -> Result<String> {
 /// `kubectl sandbox ARGS` with the plugin built from this tree (cargo, into the tests' target
 /// directory) first on PATH, as a user installs it; not required to succeed.
 pub async fn kubectl_sandbox(args: &[&str]) -> Result<Out> {
+    let path = plugin_path().await?;
+    let mut all = vec![path.as_str(), "kubectl", "sandbox"];
+    all.extend_from_slice(args);
+    run("env", &all, None, Duration::from_secs(120)).await
+}
+
+/// `kubectl sandbox ARGS` started alongside the test (e.g. a follow), its stdout piped, killed
+/// when dropped.
+pub async fn kubectl_sandbox_child(args: &[&str]) -> Result<tokio::process::Child> {
+    let path = plugin_path().await?;
+    Command::new("env")
+        .arg(path)
+        .args(["kubectl", "sandbox"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting kubectl sandbox")
+}
+
+/// `PATH=…` with the plugin's directory first.
+async fn plugin_path() -> Result<String> {
     // Built and put in place once per test binary: tests run it from several threads, and a copy
     // written over the binary while another test executed it failed that exec (ETXTBSY).
     static PLUGIN_DIR: tokio::sync::OnceCell<std::path::PathBuf> =
         tokio::sync::OnceCell::const_new();
     let dir = PLUGIN_DIR.get_or_try_init(install_plugin).await?;
-    let path = format!(
+    Ok(format!(
         "PATH={}:{}",
         dir.to_str().context("target path")?,
         std::env::var("PATH").unwrap_or_default()
-    );
-    let mut all = vec![path.as_str(), "kubectl", "sandbox"];
-    all.extend_from_slice(args);
-    run("env", &all, None, Duration::from_secs(120)).await
+    ))
 }
 
 /// Builds the plugin and puts it alone in a directory for PATH; the copy is renamed into place,

@@ -275,14 +275,142 @@ async fn crossing_rendered(release: &str, ns: &str) -> Result<()> {
     Ok(())
 }
 
+/// The release under test and where its chart is (from e2e/upgrade).
+struct Release {
+    name: String,
+    ns: String,
+    chart: String,
+    values: String,
+    from: String,
+}
+
+/// `helm upgrade` to this tree under looping clients, and what must hold after it.
+async fn upgrade(t: &TestNs, r: &Release, ticker: &str, seen: &Arc<Mutex<Followed>>) -> Result<()> {
+    let mut args = vec!["upgrade", &r.name, &r.chart, "--namespace", &r.ns];
+    args.extend(r.values.split_whitespace());
+    args.extend(["--wait", "--timeout", "5m"]);
+    let (took, starts, reads, end) = with_clients(t, "u", 100, || helm(&args)).await?;
+    println!(
+        "note: helm upgrade from {}: all pods ready {:.1} s after it began",
+        r.from,
+        took.as_secs_f64()
+    );
+    note_clients("upgrade", &starts, &reads, end);
+    crossing_rendered(&r.name, &r.ns).await?;
+    still_whole(t, ticker, seen)
+        .await
+        .context("after the upgrade")?;
+    exactly_once(t, "u", starts.len()).await?;
+    t.until_field("grace", "/status/exit/code", "5", 90).await?;
+    // An object the old release wrote, reconciled by the new one (a field only it writes).
+    t.until("ticker", 60, "be reconciled by the new operator", |o| {
+        !field(o, "/status/targetPodUID").is_empty()
+    })
+    .await?;
+    t.in_pod("w", &["touch", "/tmp/go-ready"]).await?;
+    t.until_true("ready-later", "Ready", 60).await?;
+    Ok(())
+}
+
+/// `helm rollback` to the old release's revision under looping clients, with a process started
+/// under the new release running across it; what must hold after it.
+async fn rollback(
+    t: &TestNs,
+    r: &Release,
+    ticker: &str,
+    seen: &Arc<Mutex<Followed>>,
+) -> Result<()> {
+    t.apply_sbp(sbp("new-run", "w", sh(NEW_RUN, json!({}))))
+        .await?;
+    t.until("new-run", 60, "run", |o| phase(o) == Some(Phase::Running))
+        .await?;
+    let rb = [
+        "rollback",
+        &r.name,
+        "1",
+        "--namespace",
+        &r.ns,
+        "--wait",
+        "--timeout",
+        "5m",
+    ];
+    let (took, starts, reads, end) = with_clients(t, "r", 20, || helm(&rb)).await?;
+    println!(
+        "note: helm rollback to {}: all pods ready {:.1} s after it began",
+        r.from,
+        took.as_secs_f64()
+    );
+    note_clients("rollback", &starts, &reads, end);
+    still_whole(t, ticker, seen)
+        .await
+        .context("after the rollback")?;
+    exactly_once(t, "r", starts.len()).await?;
+    t.in_pod("w", &["touch", "/tmp/stop-new-run"]).await?;
+    t.until_field("new-run", "/status/exit/code", "9", 60)
+        .await?;
+    let path = follow::log_path(&t.name, "new-run", "");
+    let log = follow::get_text(&t.client, &path).await;
+    println!(
+        "note: after the rollback, the output of a process started under the new release: {}",
+        match &log {
+            Ok(text) if text.contains("bmV3LXJ1bgo=") => "readable".to_string(),
+            Ok(text) => format!("not there ({text:.200})"),
+            Err(e) => format!("unreadable ({e:#})"),
+        }
+    );
+    Ok(())
+}
+
+/// The ticker ends with its own code; both follows read every tick to its end, in order.
+async fn both_follows_whole(
+    t: &TestNs,
+    follow: tokio::task::JoinHandle<Result<()>>,
+    plugin: tokio::process::Child,
+    seen: &Arc<Mutex<Followed>>,
+) -> Result<()> {
+    t.in_pod("w", &["touch", "/tmp/stop-ticker"]).await?;
+    t.until_field("ticker", "/status/exit/code", "3", 60)
+        .await?;
+    tokio::time::timeout(Duration::from_secs(60), follow)
+        .await
+        .context("the follow did not end with the ticker")???;
+    let s = seen.lock().await;
+    let n = ticks_in_order(&s.data)?;
+    ensure!(s.ended, "the follow ended without the process's end");
+    println!(
+        "note: the follow read ticks 1..{n} in order across {} reconnects",
+        s.reconnects
+    );
+    let out = tokio::time::timeout(Duration::from_secs(60), plugin.wait_with_output())
+        .await
+        .context("kubectl sandbox logs -f did not end with the ticker")??;
+    let m = ticks_in_order(&out.stdout)
+        .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
+    ensure!(
+        out.status.success() && m == n,
+        "kubectl sandbox logs -f: {} after tick {m} of {n}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("note: kubectl sandbox logs -f printed ticks 1..{m} in order and exited 0");
+    Ok(())
+}
+
 #[tokio::test]
 #[ignore = "needs the test cluster and the old release: run by e2e/upgrade"]
 async fn upgrade_and_rollback_lose_nothing() {
     with_ns("upgrade", |t| async move {
-        let (release, ns) = (env("SPO_UPGRADE_RELEASE"), env("SPO_UPGRADE_NAMESPACE"));
-        let (chart, values) = (env("SPO_UPGRADE_CHART"), env("SPO_UPGRADE_VALUES"));
-        let from = env("SPO_UPGRADE_FROM");
+        let r = Release {
+            name: env("SPO_UPGRADE_RELEASE"),
+            ns: env("SPO_UPGRADE_NAMESPACE"),
+            chart: env("SPO_UPGRADE_CHART"),
+            values: env("SPO_UPGRADE_VALUES"),
+            from: env("SPO_UPGRADE_FROM"),
+        };
         let ticker = old_workload(&t).await?;
+        // `kubectl sandbox logs -f` as a user leaves it open across both.
+        let plugin = ["-n", t.name.as_str(), "logs", "-f", "ticker"];
+        let plugin_follow = cmd::kubectl_sandbox_child(&plugin).await?;
         let seen = Arc::new(Mutex::new(Followed::default()));
         let follow = tokio::spawn(follow_resuming(
             t.client.clone(),
@@ -290,83 +418,9 @@ async fn upgrade_and_rollback_lose_nothing() {
             "ticker",
             seen.clone(),
         ));
-        // Upgrade: the chart of this tree over the running old release.
-        let mut args = vec!["upgrade", &release, &chart, "--namespace", &ns];
-        args.extend(values.split_whitespace());
-        args.extend(["--wait", "--timeout", "5m"]);
-        let (took, starts, reads, end) = with_clients(&t, "u", 100, || helm(&args)).await?;
-        println!(
-            "note: helm upgrade from {from}: all pods ready {:.1} s after it began",
-            took.as_secs_f64()
-        );
-        note_clients("upgrade", &starts, &reads, end);
-        crossing_rendered(&release, &ns).await?;
-        still_whole(&t, &ticker, &seen)
-            .await
-            .context("after the upgrade")?;
-        exactly_once(&t, "u", starts.len()).await?;
-        t.until_field("grace", "/status/exit/code", "5", 90).await?;
-        // An object the old release wrote, reconciled by the new one (a field only it writes).
-        t.until("ticker", 60, "be reconciled by the new operator", |o| {
-            !field(o, "/status/targetPodUID").is_empty()
-        })
-        .await?;
-        t.in_pod("w", &["touch", "/tmp/go-ready"]).await?;
-        t.until_true("ready-later", "Ready", 60).await?;
-        // Started under the new release, running across the rollback.
-        t.apply_sbp(sbp("new-run", "w", sh(NEW_RUN, json!({}))))
-            .await?;
-        t.until("new-run", 60, "run", |o| phase(o) == Some(Phase::Running))
-            .await?;
-        // Rollback to the old release's revision.
-        let rb = [
-            "rollback",
-            &release,
-            "1",
-            "--namespace",
-            &ns,
-            "--wait",
-            "--timeout",
-            "5m",
-        ];
-        let (took, starts, reads, end) = with_clients(&t, "r", 20, || helm(&rb)).await?;
-        println!(
-            "note: helm rollback to {from}: all pods ready {:.1} s after it began",
-            took.as_secs_f64()
-        );
-        note_clients("rollback", &starts, &reads, end);
-        still_whole(&t, &ticker, &seen)
-            .await
-            .context("after the rollback")?;
-        exactly_once(&t, "r", starts.len()).await?;
-        t.in_pod("w", &["touch", "/tmp/stop-new-run"]).await?;
-        t.until_field("new-run", "/status/exit/code", "9", 60)
-            .await?;
-        let path = follow::log_path(&t.name, "new-run", "");
-        let log = follow::get_text(&t.client, &path).await;
-        println!(
-            "note: after the rollback, the output of a process started under the new release: {}",
-            match &log {
-                Ok(text) if text.contains("bmV3LXJ1bgo=") => "readable".to_string(),
-                Ok(text) => format!("not there ({text:.200})"),
-                Err(e) => format!("unreadable ({e:#})"),
-            }
-        );
-        // The ticker ends with its own code; the follow reads every tick to the end.
-        t.in_pod("w", &["touch", "/tmp/stop-ticker"]).await?;
-        t.until_field("ticker", "/status/exit/code", "3", 60)
-            .await?;
-        tokio::time::timeout(Duration::from_secs(60), follow)
-            .await
-            .context("the follow did not end with the ticker")???;
-        let s = seen.lock().await;
-        let n = ticks_in_order(&s.data)?;
-        ensure!(s.ended, "the follow ended without the process's end");
-        println!(
-            "note: the follow read ticks 1..{n} in order across {} reconnects",
-            s.reconnects
-        );
-        Ok(())
+        upgrade(&t, &r, &ticker, &seen).await?;
+        rollback(&t, &r, &ticker, &seen).await?;
+        both_follows_whole(&t, follow, plugin_follow, &seen).await
     })
     .await;
 }
