@@ -18,6 +18,8 @@ use sandbox_e2e::{cmd, env, field, follow, with_ns, TestNs};
 use serde_json::json;
 use tokio::sync::{watch, Mutex};
 
+/// The subresource API's group version.
+const PREFIX: &str = "/apis/subresources.sandbox.dev/v1alpha1";
 const TICKER: &str =
     "i=0; while [ ! -e /tmp/stop-ticker ]; do i=$((i+1)); echo tick $i; sleep 0.2; done; exit 3";
 /// Enters its stop grace on SIGTERM and leaves it 30 s later with code 5.
@@ -42,6 +44,72 @@ struct Followed {
     data: Vec<u8>,
     reconnects: u32,
     ended: bool,
+}
+
+/// A client writing numbered lines to `echo`'s stdin, each write at its byte offset (as
+/// `kubectl sandbox attach` writes): a retry of a write that was taken is acknowledged, not
+/// written again, so the process reads every line once.
+#[derive(Default)]
+struct StdinWriter {
+    url: String,
+    sent: Vec<u8>,
+    /// The offset the process has taken up to (the last answer's `bytes`).
+    taken: usize,
+    lines: u32,
+}
+
+impl StdinWriter {
+    fn new(ns: &str) -> StdinWriter {
+        let url = format!("{PREFIX}/namespaces/{ns}/sandboxprocesses/echo/stdin");
+        StdinWriter {
+            url,
+            ..StdinWriter::default()
+        }
+    }
+
+    /// One write: the next line, or what of the last the process has not taken yet.
+    async fn attempt(&mut self, client: &Client) -> Result<()> {
+        if self.taken == self.sent.len() {
+            self.lines += 1;
+            self.sent.extend(format!("line {}\n", self.lines).bytes());
+        }
+        let req = http::Request::post(format!("{}?offset={}", self.url, self.taken))
+            .header("content-type", "application/octet-stream")
+            .body(self.sent[self.taken..].to_vec())?;
+        let answer = client.request_text(req).await;
+        if let Err(kube::Error::Api(e)) = &answer {
+            if e.code == 409 {
+                // Lost its place: resume where the process is.
+                let state = client
+                    .request_text(http::Request::get(self.url.clone()).body(Vec::new())?)
+                    .await?;
+                self.taken = taken(&state)?;
+            }
+        }
+        self.taken = taken(&answer?)?;
+        Ok(())
+    }
+}
+
+/// The `bytes` of a stdin answer.
+fn taken(answer: &str) -> Result<usize> {
+    let v: serde_json::Value = serde_json::from_str(answer).context("a stdin answer")?;
+    let n = v["bytes"]
+        .as_u64()
+        .context("no bytes in the stdin answer")?;
+    Ok(n as usize)
+}
+
+/// `line 1` … `line N`, each once and in order; N.
+fn lines_in_order(data: &[u8]) -> Result<u32> {
+    let text = String::from_utf8_lossy(data);
+    let mut n = 0;
+    for line in text.lines() {
+        let want = format!("line {}", n + 1);
+        ensure!(line == want, "after line {n} came {line:?} (want {want:?})");
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// Follows `name` to its end, resuming after every cut from the last cursor it was given.
@@ -127,48 +195,60 @@ async fn read_one(t: &TestNs) -> Result<()> {
     Ok(())
 }
 
-/// Starts and log reads looping while `during` runs (and at least `min_starts` starts); their
-/// attempts, and what `during` returned.
+/// What the looping clients saw while the release changed.
+struct Clients {
+    starts: Vec<Attempt>,
+    reads: Vec<Attempt>,
+    /// Empty when the old release has no stdin.
+    stdin: Vec<Attempt>,
+    end: Instant,
+}
+
+/// Starts, log reads and (with `stdin`) stdin writes looping while `during` runs (and at least
+/// `min_starts` starts); what they saw, and what `during` returned.
 async fn with_clients<F, Fut, T>(
     t: &TestNs,
     prefix: &'static str,
     min_starts: u32,
+    stdin: Option<Arc<Mutex<StdinWriter>>>,
     during: F,
-) -> Result<(T, Vec<Attempt>, Vec<Attempt>, Instant)>
+) -> Result<(T, Clients)>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
     let (stop, rx) = watch::channel(false);
-    let (ts, tr) = (t.clone(), t.clone());
-    let limit = Duration::from_secs(10);
-    let starts = tokio::spawn(looping(
-        rx.clone(),
-        Duration::from_millis(300),
-        limit,
-        min_starts,
-        move |i| {
-            let t = ts.clone();
-            async move { start_one(&t, prefix, i).await }
-        },
-    ));
-    let reads = tokio::spawn(looping(
-        rx,
-        Duration::from_millis(300),
-        limit,
-        0,
-        move |_| {
-            let t = tr.clone();
-            async move { read_one(&t).await }
-        },
-    ));
+    let (ts, tr, client) = (t.clone(), t.clone(), t.client.clone());
+    let (every, limit) = (Duration::from_millis(300), Duration::from_secs(10));
+    let starts = tokio::spawn(looping(rx.clone(), every, limit, min_starts, move |i| {
+        let t = ts.clone();
+        async move { start_one(&t, prefix, i).await }
+    }));
+    let reads = tokio::spawn(looping(rx.clone(), every, limit, 0, move |_| {
+        let t = tr.clone();
+        async move { read_one(&t).await }
+    }));
+    let writes = stdin.map(|w| {
+        tokio::spawn(looping(rx, every, limit, 0, move |_| {
+            let (w, client) = (w.clone(), client.clone());
+            async move { w.lock().await.attempt(&client).await }
+        }))
+    });
     tokio::time::sleep(Duration::from_secs(2)).await;
     let out = during().await;
     // Clients go on a while after the pods are ready: a late failure counts too.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let _ = stop.send(true);
-    let (starts, reads) = (starts.await?, reads.await?);
-    Ok((out?, starts, reads, Instant::now()))
+    let clients = Clients {
+        starts: starts.await?,
+        reads: reads.await?,
+        stdin: match writes {
+            Some(w) => w.await?,
+            None => Vec::new(),
+        },
+        end: Instant::now(),
+    };
+    Ok((out?, clients))
 }
 
 /// Every short process of `prefix` final with its code, and run once (its line in /tmp/runs).
@@ -190,13 +270,20 @@ async fn exactly_once(t: &TestNs, prefix: &str, n: usize) -> Result<()> {
     Ok(())
 }
 
-fn note_clients(what: &str, starts: &[Attempt], reads: &[Attempt], end: Instant) {
-    for (op, a) in [("start", starts), ("log read", reads)] {
+fn note_clients(what: &str, c: &Clients) {
+    for (op, a) in [
+        ("start", &c.starts),
+        ("log read", &c.reads),
+        ("stdin write", &c.stdin),
+    ] {
+        if a.is_empty() {
+            continue;
+        }
         let (n, why) = failures(a);
         println!(
             "note: {what}: {op}s: {} attempts, {n} failed, longest failing {:.1} s{}",
             a.len(),
-            longest_outage(a, end).as_secs_f64(),
+            longest_outage(a, c.end).as_secs_f64(),
             if why.is_empty() {
                 String::new()
             } else {
@@ -216,8 +303,8 @@ fn identity(o: &SandboxProcess) -> String {
 }
 
 /// The old release's workload: running, waiting for readiness, ended, and one in a long stop
-/// grace (asked to stop now); the ticker's identity.
-async fn old_workload(t: &TestNs) -> Result<String> {
+/// grace (asked to stop now), with `stdin` one reading its stdin; the ticker's identity.
+async fn old_workload(t: &TestNs, stdin: bool) -> Result<String> {
     t.pods([pod("w", None)]).await?;
     let grace = json!({"terminationGracePeriodSeconds": 300});
     let ready = json!({"readiness": {"logMatch": {"pattern": "READY"}}});
@@ -233,6 +320,12 @@ async fn old_workload(t: &TestNs) -> Result<String> {
             .await?;
     }
     t.until_field("ended", "/status/exit/code", "7", 60).await?;
+    if stdin {
+        t.apply_sbp(sbp("echo", "w", json!({"command": ["cat"], "stdin": true})))
+            .await?;
+        t.until("echo", 60, "run", |o| phase(o) == Some(Phase::Running))
+            .await?;
+    }
     let ticker = t.get("ticker").await?;
     t.sbps()
         .patch(
@@ -262,14 +355,17 @@ async fn still_whole(t: &TestNs, ticker: &str, seen: &Arc<Mutex<Followed>>) -> R
     Ok(())
 }
 
-/// The chart saw the old agents (lookup) and rendered the crossing: agents all at once, the
-/// operator replaced.
-async fn crossing_rendered(release: &str, ns: &str) -> Result<()> {
-    let manifest = cmd::ok("helm", &["get", "manifest", release, "--namespace", ns]).await?;
+/// The chart told by lookup whether the old agents speak plain HTTP: then it rendered the
+/// crossing (agents all at once, the operator replaced), else the configured strategies.
+async fn crossing_rendered(r: &Release) -> Result<()> {
+    let manifest = cmd::ok("helm", &["get", "manifest", &r.name, "--namespace", &r.ns]).await?;
     for want in ["maxUnavailable: 100%", "type: Recreate"] {
         ensure!(
-            manifest.contains(want),
-            "the upgraded release's manifest has no {want:?}"
+            manifest.contains(want) == r.crossing,
+            "from {} (plain-HTTP agents: {}), the upgraded manifest has {want:?}: {}",
+            r.from,
+            r.crossing,
+            manifest.contains(want)
         );
     }
     Ok(())
@@ -282,25 +378,37 @@ struct Release {
     chart: String,
     values: String,
     from: String,
+    /// Its agents speak plain HTTP (before agent mutual TLS).
+    crossing: bool,
+    /// It has stdin (`spec.stdin`).
+    stdin: bool,
+}
+
+/// What runs across both: the ticker (its identity), its follow, the stdin writer if any.
+struct Workload {
+    ticker: String,
+    seen: Arc<Mutex<Followed>>,
+    stdin: Option<Arc<Mutex<StdinWriter>>>,
 }
 
 /// `helm upgrade` to this tree under looping clients, and what must hold after it.
-async fn upgrade(t: &TestNs, r: &Release, ticker: &str, seen: &Arc<Mutex<Followed>>) -> Result<()> {
+async fn upgrade(t: &TestNs, r: &Release, w: &Workload) -> Result<()> {
+    let (ticker, seen) = (&w.ticker, &w.seen);
     let mut args = vec!["upgrade", &r.name, &r.chart, "--namespace", &r.ns];
     args.extend(r.values.split_whitespace());
     args.extend(["--wait", "--timeout", "5m"]);
-    let (took, starts, reads, end) = with_clients(t, "u", 100, || helm(&args)).await?;
+    let (took, c) = with_clients(t, "u", 100, w.stdin.clone(), || helm(&args)).await?;
     println!(
         "note: helm upgrade from {}: all pods ready {:.1} s after it began",
         r.from,
         took.as_secs_f64()
     );
-    note_clients("upgrade", &starts, &reads, end);
-    crossing_rendered(&r.name, &r.ns).await?;
+    note_clients("upgrade", &c);
+    crossing_rendered(r).await?;
     still_whole(t, ticker, seen)
         .await
         .context("after the upgrade")?;
-    exactly_once(t, "u", starts.len()).await?;
+    exactly_once(t, "u", c.starts.len()).await?;
     t.until_field("grace", "/status/exit/code", "5", 90).await?;
     // An object the old release wrote, reconciled by the new one (a field only it writes).
     t.until("ticker", 60, "be reconciled by the new operator", |o| {
@@ -314,12 +422,8 @@ async fn upgrade(t: &TestNs, r: &Release, ticker: &str, seen: &Arc<Mutex<Followe
 
 /// `helm rollback` to the old release's revision under looping clients, with a process started
 /// under the new release running across it; what must hold after it.
-async fn rollback(
-    t: &TestNs,
-    r: &Release,
-    ticker: &str,
-    seen: &Arc<Mutex<Followed>>,
-) -> Result<()> {
+async fn rollback(t: &TestNs, r: &Release, w: &Workload) -> Result<()> {
+    let (ticker, seen) = (&w.ticker, &w.seen);
     t.apply_sbp(sbp("new-run", "w", sh(NEW_RUN, json!({}))))
         .await?;
     t.until("new-run", 60, "run", |o| phase(o) == Some(Phase::Running))
@@ -334,17 +438,17 @@ async fn rollback(
         "--timeout",
         "5m",
     ];
-    let (took, starts, reads, end) = with_clients(t, "r", 20, || helm(&rb)).await?;
+    let (took, c) = with_clients(t, "r", 20, w.stdin.clone(), || helm(&rb)).await?;
     println!(
         "note: helm rollback to {}: all pods ready {:.1} s after it began",
         r.from,
         took.as_secs_f64()
     );
-    note_clients("rollback", &starts, &reads, end);
+    note_clients("rollback", &c);
     still_whole(t, ticker, seen)
         .await
         .context("after the rollback")?;
-    exactly_once(t, "r", starts.len()).await?;
+    exactly_once(t, "r", c.starts.len()).await?;
     t.in_pod("w", &["touch", "/tmp/stop-new-run"]).await?;
     t.until_field("new-run", "/status/exit/code", "9", 60)
         .await?;
@@ -396,6 +500,32 @@ async fn both_follows_whole(
     Ok(())
 }
 
+/// Stdin closed after both: the process read every line once, in order, and ends 0.
+async fn stdin_whole(t: &TestNs, w: &Mutex<StdinWriter>) -> Result<()> {
+    let w = w.lock().await;
+    let req = http::Request::post(format!("{}?offset={}&close=true", w.url, w.taken))
+        .header("content-type", "application/octet-stream")
+        .body(w.sent[w.taken..].to_vec())?;
+    t.client.request_text(req).await.context("closing stdin")?;
+    t.until_field("echo", "/status/exit/code", "0", 60).await?;
+    let text = follow::get_text(&t.client, &follow::log_path(&t.name, "echo", "")).await?;
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let ev: serde_json::Value = serde_json::from_str(line)?;
+        if ev["type"] == "data" {
+            out.extend(decode(&ev)?);
+        }
+    }
+    let n = lines_in_order(&out)?;
+    ensure!(
+        n == w.lines,
+        "echo printed lines 1..{n} of the {} written",
+        w.lines
+    );
+    println!("note: stdin: lines 1..{n} written by offset across both, each read once, in order");
+    Ok(())
+}
+
 #[tokio::test]
 #[ignore = "needs the test cluster and the old release: run by e2e/upgrade"]
 async fn upgrade_and_rollback_lose_nothing() {
@@ -406,21 +536,32 @@ async fn upgrade_and_rollback_lose_nothing() {
             chart: env("SPO_UPGRADE_CHART"),
             values: env("SPO_UPGRADE_VALUES"),
             from: env("SPO_UPGRADE_FROM"),
+            crossing: env("SPO_UPGRADE_CROSSING") == "1",
+            stdin: env("SPO_UPGRADE_STDIN") == "1",
         };
-        let ticker = old_workload(&t).await?;
+        let ticker = old_workload(&t, r.stdin).await?;
         // `kubectl sandbox logs -f` as a user leaves it open across both.
         let plugin = ["-n", t.name.as_str(), "logs", "-f", "ticker"];
         let plugin_follow = cmd::kubectl_sandbox_child(&plugin).await?;
-        let seen = Arc::new(Mutex::new(Followed::default()));
+        let w = Workload {
+            ticker,
+            seen: Arc::new(Mutex::new(Followed::default())),
+            stdin: r
+                .stdin
+                .then(|| Arc::new(Mutex::new(StdinWriter::new(&t.name)))),
+        };
         let follow = tokio::spawn(follow_resuming(
             t.client.clone(),
             t.name.clone(),
             "ticker",
-            seen.clone(),
+            w.seen.clone(),
         ));
-        upgrade(&t, &r, &ticker, &seen).await?;
-        rollback(&t, &r, &ticker, &seen).await?;
-        both_follows_whole(&t, follow, plugin_follow, &seen).await
+        upgrade(&t, &r, &w).await?;
+        rollback(&t, &r, &w).await?;
+        if let Some(s) = &w.stdin {
+            stdin_whole(&t, s).await?;
+        }
+        both_follows_whole(&t, follow, plugin_follow, &w.seen).await
     })
     .await;
 }
