@@ -22,7 +22,7 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use k8s_openapi::ByteString;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::pki::authority::{self, Stored, Validity};
 use crate::pki::{agent_bundle, key_cert, overlap, split_pem, text};
@@ -123,9 +123,21 @@ pub async fn issue_once(client: &Client, s: &Issuing) -> anyhow::Result<()> {
         publish_webhook_bundle(client, name, &state.bundle.concat()).await?;
     }
     match &s.api_service {
-        Some(name) => publish_bundle(client, name, &state.bundle.concat()).await,
+        Some(name) => publish_bundle(client, s, name, &state.bundle.concat()).await,
         None => Ok(()),
     }
+}
+
+/// The annotation by which the chart hands an APIService's `caBundle` to this operator (mode
+/// `self`): `<namespace>/<CA Secret>`. Without it the field is someone else's: a `helm rollback`
+/// to a release that rendered its own caBundle (overwriting that kept the aggregated API
+/// unverifiable after the rollback: e2e/upgrade), or cert-manager's cainjector.
+pub const CA_BUNDLE_FROM: &str = "sandbox.dev/ca-bundle-from";
+
+/// Whether the APIService's annotations hand its caBundle to the operator keeping `ca_secret`.
+fn bundle_is_ours(annotations: Option<&BTreeMap<String, String>>, s: &Issuing) -> bool {
+    let want = format!("{}/{}", s.namespace, s.ca_secret);
+    annotations.and_then(|a| a.get(CA_BUNDLE_FROM)) == Some(&want)
 }
 
 /// `external` mode: the CAs cert-manager put in the CA and serving Secrets, published for the
@@ -245,10 +257,23 @@ async fn write(secrets: &Api<Secret>, s: &Issuing, next: &Stored) -> anyhow::Res
     Ok(())
 }
 
-/// The APIService's `caBundle`, when it differs (the API server verifies us with it).
-async fn publish_bundle(client: &Client, name: &str, bundle: &str) -> anyhow::Result<()> {
+/// The APIService's `caBundle`, when it differs (the API server verifies us with it) and the
+/// APIService hands it to us ([`CA_BUNDLE_FROM`]).
+async fn publish_bundle(
+    client: &Client,
+    s: &Issuing,
+    name: &str,
+    bundle: &str,
+) -> anyhow::Result<()> {
     let api: Api<APIService> = Api::all(client.clone());
     let current = api.get(name).await?;
+    if !bundle_is_ours(current.metadata.annotations.as_ref(), s) {
+        debug!(
+            apiservice = name,
+            "caBundle left alone: not handed to us ({CA_BUNDLE_FROM})"
+        );
+        return Ok(());
+    }
     let have = current
         .spec
         .as_ref()
@@ -257,7 +282,11 @@ async fn publish_bundle(client: &Client, name: &str, bundle: &str) -> anyhow::Re
     if have == Some(bundle.as_bytes()) {
         return Ok(());
     }
-    let patch = serde_json::json!({"spec": {"caBundle": ByteString(bundle.as_bytes().to_vec())}});
+    // With the version read: a write in between (a rollback taking the field back) wins.
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": current.metadata.resource_version},
+        "spec": {"caBundle": ByteString(bundle.as_bytes().to_vec())},
+    });
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     info!(apiservice = name, "caBundle published");
@@ -317,4 +346,42 @@ fn secret<const N: usize>(
         "type": "kubernetes.io/tls",
         "data": data,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bundle_is_ours_only_when_the_apiservice_hands_it_to_our_ca_secret() {
+        let s = Issuing {
+            namespace: "sandbox-system".into(),
+            ca_secret: "spo-ca".into(),
+            serving_secret: "spo-serving".into(),
+            api_service: Some("v1alpha1.subresources.sandbox.dev".into()),
+            webhook: None,
+            dns: vec![],
+            agent_bundle: "spo-ca-bundle".into(),
+            validity: Validity {
+                ca: Duration::from_secs(3600),
+                leaf: Duration::from_secs(600),
+            },
+        };
+        let with = |v: &str| BTreeMap::from([(CA_BUNDLE_FROM.to_string(), v.to_string())]);
+        let cases: [(Option<BTreeMap<String, String>>, bool); 5] = [
+            (Some(with("sandbox-system/spo-ca")), true),
+            // a release before the annotation (a rollback to it), or cert-manager's
+            (None, false),
+            (Some(BTreeMap::new()), false),
+            (Some(with("other-ns/spo-ca")), false),
+            (Some(with("sandbox-system/other-ca")), false),
+        ];
+        for (annotations, want) in cases {
+            assert_eq!(
+                bundle_is_ours(annotations.as_ref(), &s),
+                want,
+                "{annotations:?}"
+            );
+        }
+    }
 }
