@@ -2,34 +2,12 @@
 //! allocator (its own test binary, one test, so nothing else allocates meanwhile). Pins the
 //! cache's slimming (docs/benchmarks.md, "Operator memory"): a cached object with its
 //! managedFields and kubectl's last-applied annotation held ~16 KB.
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kube::runtime::{reflector, watcher};
 use sandbox_api::crd::SandboxProcess;
 
-struct Counting;
-static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
-static FREED: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counters are atomics.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(l.size(), Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        FREED.fetch_add(l.size(), Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn live() -> usize {
-    ALLOCATED.load(Ordering::Relaxed) - FREED.load(Ordering::Relaxed)
-}
+mod common;
+use common::live;
 
 /// A final object as `kubectl apply` and the operator leave it: the shape of a live one
 /// (deploy/argocd's testdata), argv `true` as in e2e/bench.
@@ -86,7 +64,7 @@ fn a_cached_final_object_holds_under_2_5_kib_of_heap() {
         writer.apply_watcher_event(&watcher::Event::InitApply(o.clone()));
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
-    let per_object = (live() - before) / N;
+    let per_object = (live() - before) / N as isize;
     assert_eq!(store.state().len(), N);
     println!("heap per cached final object: {per_object} bytes");
     assert!(

@@ -2,9 +2,8 @@
 //! structure driven through the code the operator runs, counted by a counting global allocator
 //! (its own test binary, one test, a current-thread runtime, so nothing else allocates meanwhile).
 //! `cargo test -p sandbox-operator --test perobj_heap -- --nocapture` prints bytes per object.
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,28 +17,8 @@ use sandbox_operator::memo::Memo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-struct Counting;
-static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
-static FREED: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counters are atomics.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(l.size(), Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        FREED.fetch_add(l.size(), Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn live() -> isize {
-    ALLOCATED.load(Ordering::Relaxed) as isize - FREED.load(Ordering::Relaxed) as isize
-}
+mod common;
+use common::live;
 
 const N: usize = 2_000;
 

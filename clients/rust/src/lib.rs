@@ -58,7 +58,7 @@ use kube::{Api, Client};
 use sandbox_api::crd::SandboxProcess;
 
 pub use error::{Error, Result};
-pub use logs::{LogEvent, LogOptions, LogStream};
+pub use logs::{encode as percent_encode, LogEvent, LogOptions, LogStream};
 pub use port::PortCheck;
 pub use process::{
     AttachEvent, AttachInput, AttachOptions, AttachOutput, Killed, LogMatch, Output, Process,

@@ -423,8 +423,9 @@ fn clip(s: &str) -> &str {
     }
 }
 
-/// Percent-encodes everything outside the URL-safe set.
-pub(crate) fn encode(s: &str) -> String {
+/// Percent-encodes everything outside the URL-safe set (for a path segment or a query value,
+/// e.g. a cursor in `since=`).
+pub fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {

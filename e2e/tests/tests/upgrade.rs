@@ -100,13 +100,17 @@ fn taken(answer: &str) -> Result<usize> {
     Ok(n as usize)
 }
 
-/// `line 1` … `line N`, each once and in order; N.
-fn lines_in_order(data: &[u8]) -> Result<u32> {
+/// `WORD 1` … `WORD N`, each once and in order; N. For the ticker: it never restarted and
+/// nothing was lost or repeated.
+fn numbered_in_order(data: &[u8], word: &str) -> Result<u32> {
     let text = String::from_utf8_lossy(data);
     let mut n = 0;
     for line in text.lines() {
-        let want = format!("line {}", n + 1);
-        ensure!(line == want, "after line {n} came {line:?} (want {want:?})");
+        let want = format!("{word} {}", n + 1);
+        ensure!(
+            line == want,
+            "after {word} {n} came {line:?} (want {want:?})"
+        );
         n += 1;
     }
     Ok(n)
@@ -122,7 +126,7 @@ async fn follow_resuming(
     let mut cursor: Option<String> = None;
     loop {
         let query = match &cursor {
-            Some(c) => format!("follow=true&since={}", percent(c)),
+            Some(c) => format!("follow=true&since={}", sandbox_client::percent_encode(c)),
             None => "follow=true".to_string(),
         };
         if let Ok(mut f) = Follow::open_query(&client, &ns, name, &query).await {
@@ -144,30 +148,6 @@ async fn follow_resuming(
         seen.lock().await.reconnects += 1;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-fn percent(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// `tick 1` … `tick N`, each once and in order: the ticker never restarted and nothing was
-/// lost or repeated; N.
-fn ticks_in_order(data: &[u8]) -> Result<u32> {
-    let text = String::from_utf8_lossy(data);
-    let mut n = 0;
-    for line in text.lines() {
-        let want = format!("tick {}", n + 1);
-        ensure!(line == want, "after tick {n} came {line:?} (want {want:?})");
-        n += 1;
-    }
-    Ok(n)
 }
 
 /// One start as a client makes it: a short process applied, and final with its exit code
@@ -348,9 +328,9 @@ async fn still_whole(t: &TestNs, ticker: &str, seen: &Arc<Mutex<Followed>>) -> R
     );
     t.until_field("ended", "/status/exit/code", "7", 60).await?;
     read_one(t).await.context("reading ended's output")?;
-    let before = ticks_in_order(&seen.lock().await.data)?;
+    let before = numbered_in_order(&seen.lock().await.data, "tick")?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = ticks_in_order(&seen.lock().await.data)?;
+    let after = numbered_in_order(&seen.lock().await.data, "tick")?;
     ensure!(after > before, "the follow stopped at tick {after}");
     Ok(())
 }
@@ -481,7 +461,7 @@ async fn both_follows_whole(
         .await
         .context("the follow did not end with the ticker")???;
     let s = seen.lock().await;
-    let n = ticks_in_order(&s.data)?;
+    let n = numbered_in_order(&s.data, "tick")?;
     ensure!(s.ended, "the follow ended without the process's end");
     println!(
         "note: the follow read ticks 1..{n} in order across {} reconnects",
@@ -490,7 +470,7 @@ async fn both_follows_whole(
     let out = tokio::time::timeout(Duration::from_secs(60), plugin.wait_with_output())
         .await
         .context("kubectl sandbox logs -f did not end with the ticker")??;
-    let m = ticks_in_order(&out.stdout)
+    let m = numbered_in_order(&out.stdout, "tick")
         .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
     ensure!(
         out.status.success() && m == n,
@@ -518,7 +498,7 @@ async fn stdin_whole(t: &TestNs, w: &Mutex<StdinWriter>) -> Result<()> {
             out.extend(decode(&ev)?);
         }
     }
-    let n = lines_in_order(&out)?;
+    let n = numbered_in_order(&out, "line")?;
     ensure!(
         n == w.lines,
         "echo printed lines 1..{n} of the {} written",
