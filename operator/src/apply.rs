@@ -304,22 +304,16 @@ async fn finished(
 ) -> Result<Action, Error> {
     let uid = obj.uid().unwrap_or_default();
     ctx.agents.release(&uid);
-    let known = known_pod(obj, prev);
-    let next = status::compute(&Facts {
-        generation: obj.metadata.generation,
-        spec: &obj.spec,
-        prev,
-        pod_name: known.as_deref().unwrap_or_default(),
-        pod: None,
-        created: obj.metadata.creation_timestamp.as_ref(),
-        agent: &AgentView::NotAsked,
-        invalid: None,
-        now: now.clone(),
-        agent_grace: ctx.settings.agent_grace,
-        output_due: false,
-    });
-    writer::write_changed(ctx, api, obj, prev, &next).await?;
-    match status::ttl_remaining(&obj.spec, &next, now) {
+    // Settled: compute would copy it as it is (and the cache no longer has its conditions).
+    let computed;
+    let next = if status::settled(prev, obj.metadata.generation) {
+        prev
+    } else {
+        computed = recomputed(obj, ctx, prev, now);
+        writer::write_changed(ctx, api, obj, prev, &computed).await?;
+        &computed
+    };
+    match status::ttl_remaining(&obj.spec, next, now) {
         Some(d) if d.is_zero() => {
             info!("ttlSecondsAfterFinished passed; deleting");
             let dp = DeleteParams {
@@ -339,6 +333,29 @@ async fn finished(
         Some(d) => Ok(ttl_requeue(d)),
         None => Ok(Action::await_change()),
     }
+}
+
+/// A final status for the object's generation (a new one: observedGeneration follows it).
+fn recomputed(
+    obj: &SandboxProcess,
+    ctx: &Context,
+    prev: &SandboxProcessStatus,
+    now: &Time,
+) -> SandboxProcessStatus {
+    let known = known_pod(obj, prev);
+    status::compute(&Facts {
+        generation: obj.metadata.generation,
+        spec: &obj.spec,
+        prev,
+        pod_name: known.as_deref().unwrap_or_default(),
+        pod: None,
+        created: obj.metadata.creation_timestamp.as_ref(),
+        agent: &AgentView::NotAsked,
+        invalid: None,
+        now: now.clone(),
+        agent_grace: ctx.settings.agent_grace,
+        output_due: false,
+    })
 }
 
 /// When to look again without being told: the watches (object, pod, agent) drive everything

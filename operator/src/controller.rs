@@ -23,6 +23,7 @@ use crate::error::Error;
 use crate::memo::Memo;
 use crate::metrics::Metrics;
 use crate::pod::target_pod_name;
+use crate::status;
 
 /// Retry delay after `failures` consecutive failed reconciles: 1 s doubling to 5 min.
 pub fn retry_delay(failures: u32) -> Duration {
@@ -96,10 +97,16 @@ fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> A
 }
 
 /// Drops what the controller never reads from a cached SandboxProcess: `managedFields` (a deep
-/// JSON tree per field manager: ~15 KB of heap of a ~18 KB object) and kubectl's
-/// last-applied-configuration annotation (a second copy of the spec).
+/// JSON tree per field manager: ~15 KB of heap of a ~18 KB object), kubectl's
+/// last-applied-configuration annotation (a second copy of the spec) and what a settled status
+/// shows only to users (`status::drop_shown`; a new generation brings the object back whole).
 pub fn slim(o: &mut SandboxProcess) {
     o.metadata.managed_fields = None;
+    if let Some(s) = o.status.as_mut() {
+        if status::settled(s, o.metadata.generation) {
+            status::drop_shown(s);
+        }
+    }
     if let Some(a) = o.metadata.annotations.as_mut() {
         a.remove(LAST_APPLIED);
         if a.is_empty() {
@@ -334,10 +341,12 @@ mod tests {
                     "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:podName": {}}}}],
             },
             "spec": {"podName": "w", "command": ["true"]},
-            "status": {"phase": "Exited",
+            // Final, of an older generation: kept whole (it is written again).
+            "status": {"phase": "Exited", "observedGeneration": 1,
                 "output": {"stdoutBytes": 1, "stderrBytes": 0, "tail": "x"}},
         }))
         .unwrap();
+        o.metadata.generation = Some(2);
         let status = o.status.clone();
         slim(&mut o);
         assert_eq!(o.metadata.managed_fields, None);
@@ -349,5 +358,38 @@ mod tests {
         o.metadata.annotations = Some([(LAST_APPLIED.to_string(), "{}".to_string())].into());
         slim(&mut o);
         assert_eq!(o.metadata.annotations, None);
+    }
+
+    #[test]
+    fn cached_settled_statuses_keep_what_the_controller_reads() {
+        let object = |phase: &str| -> SandboxProcess {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "sandbox.dev/v1alpha1",
+                "kind": "SandboxProcess",
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u", "generation": 3},
+                "spec": {"podName": "w", "command": ["true"]},
+                "status": {"phase": phase, "observedGeneration": 3, "podUID": "pu",
+                    "nodeName": "n", "finishedAt": "2026-12-05T10:00:01Z",
+                    "exit": {"code": 0}, "endReason": "Exited",
+                    "output": {"stdoutBytes": 1, "stderrBytes": 0, "tail": "x"},
+                    "logMatch": {"line": "l", "cursor": "c"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+                        "message": "m", "observedGeneration": 3,
+                        "lastTransitionTime": "2026-12-05T10:00:01Z"}]},
+            }))
+            .unwrap()
+        };
+        let mut o = object("Exited");
+        let mut expected = o.status.clone().unwrap();
+        slim(&mut o);
+        expected.conditions.clear();
+        expected.output.as_mut().unwrap().tail.clear();
+        expected.log_match = None;
+        assert_eq!(o.status, Some(expected));
+        // Running: everything is read (and written again).
+        let mut o = object("Running");
+        let status = o.status.clone();
+        slim(&mut o);
+        assert_eq!(o.status, status);
     }
 }

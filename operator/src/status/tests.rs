@@ -1566,3 +1566,58 @@ fn write_plan_with_a_readiness_check() {
         ]
     );
 }
+
+/// The operator's cache drops what a settled status only shows (controller::slim) and its
+/// reconcile skips recomputing one (apply::finished): both rest on compute giving a settled
+/// status back as it is, with or without what was dropped.
+#[test]
+fn a_settled_status_is_computed_as_it_is() {
+    let ends = [
+        exited(0, None, wire::EndReason::Exited),
+        exited(3, None, wire::EndReason::Exited),
+        exited(0, Some(15), wire::EndReason::Stopped),
+        exited(0, None, wire::EndReason::TimedOut),
+    ];
+    for end in ends {
+        let mut r = end.clone();
+        r.log_match = Some(wire::LogMatchHit {
+            line: "listening".into(),
+            cursor: "c1".into(),
+        });
+        let s = Case::new().record(r).at(6).run();
+        assert!(is_final(&s) && !s.conditions.is_empty(), "{s:?}");
+        assert!(settled(&s, Some(1)), "{s:?}");
+        assert_eq!(Case::new().prev(s.clone()).at(99).run(), s);
+        let mut shown_dropped = s.clone();
+        drop_shown(&mut shown_dropped);
+        assert!(shown_dropped.conditions.is_empty() && shown_dropped.log_match.is_none());
+        assert_eq!(shown_dropped.output.as_ref().unwrap().tail, "");
+        let kept = (s.phase, s.exit.clone(), s.end_reason, s.finished_at.clone());
+        let left = &shown_dropped;
+        assert_eq!(
+            kept,
+            (
+                left.phase,
+                left.exit.clone(),
+                left.end_reason,
+                left.finished_at.clone()
+            )
+        );
+        assert!(settled(left, Some(1)));
+        assert_eq!(Case::new().prev(left.clone()).at(99).run(), *left);
+        // A new generation: not settled; computed again, the generation follows.
+        assert!(!settled(&s, Some(2)));
+        let mut next = Case::new().prev(s.clone()).at(99);
+        next.generation = 2;
+        let s2 = next.run();
+        assert_ne!(s2, s);
+        assert!(settled(&s2, Some(2)), "{s2:?}");
+        // One condition of an older generation is not settled either.
+        let mut stale = s2.clone();
+        stale.conditions[1].observed_generation = Some(1);
+        assert!(!settled(&stale, Some(2)));
+    }
+    // Not final: never settled, whatever the generation.
+    let running = Case::new().record(record(wire::Phase::Running)).run();
+    assert!(!settled(&running, Some(1)), "{running:?}");
+}
