@@ -69,6 +69,8 @@ mod tests {
     use sandbox_api::wire::Phase;
     use sandbox_api::wire::{ProcessRecord, WatchEvent};
     use std::collections::HashSet;
+
+    use super::watch::Pass;
     use std::time::Duration;
 
     fn agents(pods: Vec<Pod>) -> (Arc<Agents>, mpsc::UnboundedReceiver<String>) {
@@ -140,21 +142,21 @@ mod tests {
         let (u1, u3) = ("http://10.0.0.5:9443", "http://10.0.0.7:9443");
         // Found, not watched yet: a new leader waits for it.
         assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown);
-        let (mut seen1, mut synced1) = (HashSet::new(), false);
-        let (mut seen3, mut synced3) = (HashSet::new(), false);
-        a.apply(u1, WatchEvent::Synced, &mut seen1, &mut synced1);
+        let mut pass1 = Pass::new();
+        let mut pass3 = Pass::new();
+        a.apply(u1, WatchEvent::Synced, &mut pass1);
         assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown, "n3 not synced");
         // n3 holds x (an earlier leader's start), in pod "p".
-        a.apply(u3, upsert("x", 1), &mut seen3, &mut synced3);
+        a.apply(u3, upsert("x", 1), &mut pass3);
         assert_eq!(held_where(&a, "x"), Some(("n3".into(), "p".into())));
-        a.apply(u3, WatchEvent::Synced, &mut seen3, &mut synced3);
+        a.apply(u3, WatchEvent::Synced, &mut pass3);
         assert_eq!(held_where(&a, "x"), Some(("n3".into(), "p".into())));
         assert_eq!(a.held_anywhere("y"), Anywhere::Nowhere);
         // A final, reported process is released: its object's status says where it ran.
         a.release("x");
         assert_eq!(a.held_anywhere("x"), Anywhere::Nowhere);
         // An agent that went unreachable after its sync: what it held then still answers.
-        a.apply(u3, upsert("z", 1), &mut seen3, &mut synced3);
+        a.apply(u3, upsert("z", 1), &mut pass3);
         a.mark_unreachable(u3, "connect failed");
         assert!(matches!(a.held_anywhere("z"), Anywhere::Held { .. }));
         assert_eq!(a.held_anywhere("w"), Anywhere::Nowhere);
@@ -240,25 +242,24 @@ mod tests {
     async fn watch_events_fill_the_cache_and_notify() {
         let (a, mut rx) = agents(vec![]);
         let url = "http://a:1";
-        let (mut seen, mut synced) = (HashSet::new(), false);
+        let mut pass = Pass::new();
         assert_eq!(a.cached(url, "x"), Cached::Unknown);
-        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
-        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
+        a.apply(url, upsert("x", 1), &mut pass);
+        a.apply(url, upsert("y", 1), &mut pass);
         // Not synced yet: the cache is not an authority.
         assert_eq!(a.cached(url, "x"), Cached::Unknown);
-        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        a.apply(url, WatchEvent::Synced, &mut pass);
         assert!(matches!(a.cached(url, "x"), Cached::Record(r) if r.revision == 1));
         assert_eq!(a.cached(url, "z"), Cached::Absent);
         // Unchanged upserts do not notify; changes and deletions do.
-        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
-        a.apply(url, upsert("x", 2), &mut seen, &mut synced);
+        a.apply(url, upsert("x", 1), &mut pass);
+        a.apply(url, upsert("x", 2), &mut pass);
         a.apply(
             url,
             WatchEvent::Deleted {
                 exec_id: "y".into(),
             },
-            &mut seen,
-            &mut synced,
+            &mut pass,
         );
         let mut notified = Vec::new();
         while let Ok(id) = rx.try_recv() {
@@ -266,11 +267,11 @@ mod tests {
         }
         assert_eq!(notified, ["x", "y", "x", "y"]);
         assert_eq!(a.cached(url, "y"), Cached::Absent);
-        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        a.apply(url, WatchEvent::Synced, &mut pass);
         assert!(matches!(a.cached(url, "x"), Cached::Record(_)));
         // A full resend (after the agent found us lagging) that no longer lists x drops it.
-        a.apply(url, upsert("v", 1), &mut seen, &mut synced);
-        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        a.apply(url, upsert("v", 1), &mut pass);
+        a.apply(url, WatchEvent::Synced, &mut pass);
         assert_eq!(a.cached(url, "x"), Cached::Absent);
         assert!(matches!(a.cached(url, "v"), Cached::Record(_)));
         // A direct answer never overrides a newer watched record.
@@ -283,19 +284,19 @@ mod tests {
     async fn released_records_are_not_kept() {
         let (a, mut rx) = agents(vec![]);
         let url = "http://a:1";
-        let (mut seen, mut synced) = (HashSet::new(), false);
-        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
-        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
-        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        let mut pass = Pass::new();
+        a.apply(url, upsert("x", 1), &mut pass);
+        a.apply(url, upsert("y", 1), &mut pass);
+        a.apply(url, WatchEvent::Synced, &mut pass);
         while rx.try_recv().is_ok() {}
         a.release("x");
         assert_eq!(a.cached(url, "x"), Cached::Absent);
         assert!(matches!(a.cached(url, "y"), Cached::Record(_)));
         // Sent again (a resync after a reconnect) or answered directly: still not kept, and no
         // reconcile is triggered for it.
-        a.apply(url, upsert("x", 1), &mut seen, &mut synced);
-        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
-        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
+        a.apply(url, upsert("x", 1), &mut pass);
+        a.apply(url, upsert("y", 1), &mut pass);
+        a.apply(url, WatchEvent::Synced, &mut pass);
         a.remember(url, &rec("x", 2));
         assert_eq!(a.cached(url, "x"), Cached::Absent);
         assert!(rx.try_recv().is_err());
@@ -305,16 +306,15 @@ mod tests {
             WatchEvent::Deleted {
                 exec_id: "x".into(),
             },
-            &mut seen,
-            &mut synced,
+            &mut pass,
         );
-        a.apply(url, upsert("x", 3), &mut seen, &mut synced);
+        a.apply(url, upsert("x", 3), &mut pass);
         assert!(matches!(a.cached(url, "x"), Cached::Record(r) if r.revision == 3));
         // A resync that no longer lists a released id drops it from the released set too.
         a.release("y");
-        a.apply(url, upsert("x", 3), &mut seen, &mut synced);
-        a.apply(url, WatchEvent::Synced, &mut seen, &mut synced);
-        a.apply(url, upsert("y", 1), &mut seen, &mut synced);
+        a.apply(url, upsert("x", 3), &mut pass);
+        a.apply(url, WatchEvent::Synced, &mut pass);
+        a.apply(url, upsert("y", 1), &mut pass);
         assert!(matches!(a.cached(url, "y"), Cached::Record(_)));
     }
 }

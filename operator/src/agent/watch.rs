@@ -1,6 +1,6 @@
 //! One `/v1/watch` stream per agent, kept forever, whose events fill a cache of records and
 //! trigger the reconcile of the objects whose record changed; reachability per agent.
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,13 +30,39 @@ pub enum Cached {
     Unknown,
 }
 
+/// A record, and the pass of the watch that last sent it ([`Pass`]).
+struct Kept {
+    pass: u64,
+    record: Box<ProcessRecord>,
+}
+
+/// One stretch of a watch stream, from its start or a `synced` to the next `synced`: what it
+/// did not send again is gone at that `synced`. Records carry the number of the pass that last
+/// sent them, rather than the pass a set of every id it sent (~100 B per process).
+pub(super) struct Pass {
+    number: u64,
+    synced: bool,
+}
+
+impl Pass {
+    pub(super) fn new() -> Pass {
+        // Unique across watches and reconnects: a record marked by an earlier pass never
+        // counts as sent by this one. 0 is no pass (a record from a direct call).
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Pass {
+            number: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            synced: false,
+        }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct AgentState {
     /// Boxed: a record is ~0.5 KB inline, which an unboxed table would hold per slot, used or not.
-    records: HashMap<String, Box<ProcessRecord>>,
+    records: HashMap<String, Kept>,
     /// Processes whose final status is written ([`Agents::release`]): their records are not
-    /// kept, also when the watch sends them again.
-    released: HashSet<String>,
+    /// kept, also when the watch sends them again. With the pass that last sent each.
+    released: HashMap<String, u64>,
     synced: bool,
     unreachable_since: Option<Time>,
     last_error: String,
@@ -104,7 +130,7 @@ impl Agents {
         let state = self.state.lock().unwrap();
         match state.get(url) {
             Some(s) if s.synced => match s.records.get(id) {
-                Some(r) => Cached::Record(r.clone()),
+                Some(k) => Cached::Record(k.record.clone()),
                 None => Cached::Absent,
             },
             _ => Cached::Unknown,
@@ -130,10 +156,10 @@ impl Agents {
                 unsure = true; // found, not watched yet (the watches are set up every 2 s)
                 continue;
             };
-            if let Some(r) = s.records.get(id) {
+            if let Some(k) = s.records.get(id) {
                 return Anywhere::Held {
                     node,
-                    record: r.clone(),
+                    record: k.record.clone(),
                 };
             }
             unsure |= waited_for(s.ever_synced, s.watching_since, s.last_failure, usable, now);
@@ -149,13 +175,18 @@ impl Agents {
     pub fn remember(&self, url: &str, rec: &ProcessRecord) {
         let mut state = self.state.lock().unwrap();
         let s = state.entry(url.to_string()).or_default();
-        if s.released.contains(&rec.exec_id) {
+        if s.released.contains_key(&rec.exec_id) {
             return;
         }
-        match s.records.get(&rec.exec_id) {
-            Some(old) if old.revision > rec.revision => {}
-            _ => {
-                s.records.insert(rec.exec_id.clone(), Box::new(rec.clone()));
+        match s.records.get_mut(&rec.exec_id) {
+            Some(old) if old.record.revision > rec.revision => {}
+            Some(old) => *old.record = rec.clone(),
+            None => {
+                let kept = Kept {
+                    pass: 0,
+                    record: Box::new(rec.clone()),
+                };
+                s.records.insert(rec.exec_id.clone(), kept);
             }
         }
     }
@@ -166,8 +197,8 @@ impl Agents {
     pub fn release(&self, id: &str) {
         let mut state = self.state.lock().unwrap();
         for s in state.values_mut() {
-            if s.records.remove(id).is_some() {
-                s.released.insert(id.to_string());
+            if let Some(k) = s.records.remove(id) {
+                s.released.insert(id.to_string(), k.pass);
                 s.records.shrink_if_sparse();
             }
         }
@@ -280,9 +311,7 @@ impl Agents {
         let resp = self.client.watch(url).await?;
         let mut body = resp.bytes_stream();
         let mut buf: Vec<u8> = Vec::new();
-        // Records seen since (re)connecting, to drop the ones forgotten meanwhile at `synced`.
-        let mut seen: HashSet<String> = HashSet::new();
-        let mut synced = false;
+        let mut pass = Pass::new();
         // Armed by the first heartbeat (an agent without them is read without a deadline): a
         // partitioned or powered-off node sends no reset, so only silence tells.
         let mut silence: Option<Duration> = None;
@@ -327,36 +356,38 @@ impl Agents {
                     silence = Some(silence_limit(interval_ms));
                     continue;
                 }
-                self.apply(url, ev, &mut seen, &mut synced);
+                self.apply(url, ev, &mut pass);
             }
         }
         Ok(())
     }
 
-    pub(super) fn apply(
-        &self,
-        url: &str,
-        ev: WatchEvent,
-        seen: &mut HashSet<String>,
-        synced: &mut bool,
-    ) {
+    pub(super) fn apply(&self, url: &str, ev: WatchEvent, pass: &mut Pass) {
         let mut changed = Vec::new();
         {
             let mut state = self.state.lock().unwrap();
             let s = state.entry(url.to_string()).or_default();
             match ev {
                 WatchEvent::Upsert { record } => {
-                    let id = record.exec_id.clone();
-                    seen.insert(id.clone());
-                    if s.released.contains(&id) {
+                    let id = &record.exec_id;
+                    if let Some(sent_in) = s.released.get_mut(id) {
                         // Final and reported: nothing to keep or to look at.
-                    } else if s.records.get(&id) != Some(&record) {
-                        s.records.insert(id.clone(), record);
-                        changed.push(id);
+                        *sent_in = pass.number;
+                    } else {
+                        match s.records.get_mut(id) {
+                            Some(k) if k.record == record => k.pass = pass.number,
+                            _ => {
+                                changed.push(id.clone());
+                                let kept = Kept {
+                                    pass: pass.number,
+                                    record,
+                                };
+                                s.records.insert(kept.record.exec_id.clone(), kept);
+                            }
+                        }
                     }
                 }
                 WatchEvent::Deleted { exec_id } => {
-                    seen.remove(&exec_id);
                     s.released.remove(&exec_id);
                     s.released.shrink_if_sparse();
                     if s.records.remove(&exec_id).is_some() {
@@ -372,23 +403,25 @@ impl Agents {
                     // which nothing looks at that record again.)
                     let gone: Vec<String> = s
                         .records
-                        .keys()
-                        .filter(|k| !seen.contains(*k))
-                        .cloned()
+                        .iter()
+                        .filter(|(_, k)| k.pass != pass.number)
+                        .map(|(id, _)| id.clone())
                         .collect();
                     for id in gone {
                         s.records.remove(&id);
                         changed.push(id);
                     }
-                    s.released.retain(|id| seen.contains(id));
+                    let this = pass.number;
+                    s.released.retain(|_, sent_in| *sent_in == this);
                     s.records.shrink_if_sparse();
                     s.released.shrink_if_sparse();
-                    seen.clear();
-                    seen.shrink_if_sparse();
-                    if !*synced {
+                    if !pass.synced {
                         info!(agent = %url, processes = s.records.len(), "agent watch synced");
                     }
-                    *synced = true;
+                    *pass = Pass {
+                        synced: true,
+                        ..Pass::new()
+                    };
                     s.synced = true;
                     s.ever_synced = true;
                     s.unreachable_since = None;
