@@ -26,6 +26,15 @@ use crate::pod;
 use crate::status::{self, AgentView, ContainerFacts, Facts, PodFacts};
 use crate::writer;
 
+/// The object's namespace and name.
+fn object_key(o: &SandboxProcess) -> (&str, &str) {
+    let m = &o.metadata;
+    (
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default(),
+    )
+}
+
 pub async fn apply(
     obj: Arc<SandboxProcess>,
     ctx: &Context,
@@ -71,7 +80,7 @@ pub async fn apply(
         .filter(|p| invalid.is_none() && !chosen_now && may_start(&obj, &prev, p, &now))
     {
         agent = match request(ctx, &obj, &uid, p).await {
-            Ok(req) if ctx.memo.start_sent(&uid, &p.uid) == p.uid => {
+            Ok(req) if ctx.memo.start_sent(&uid, &p.uid, object_key(&obj)) == p.uid => {
                 let node = p.node_name.as_deref().unwrap_or_default();
                 actor.start_once(node, &req).await
             }

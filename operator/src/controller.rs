@@ -180,7 +180,7 @@ pub async fn run(
                 .map(|o| ObjectRef::from_obj(o.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .reconcile_on(agent_changes(changed, store))
+        .reconcile_on(agent_changes(changed, store, ctx.clone()))
         .graceful_shutdown_on(shutdown);
     info!(concurrency, "controller running");
     controller
@@ -205,13 +205,26 @@ pub async fn run(
 fn agent_changes(
     mut rx: mpsc::UnboundedReceiver<String>,
     store: Store<SandboxProcess>,
+    ctx: Arc<Context>,
 ) -> impl futures::Stream<Item = ObjectRef<SandboxProcess>> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).filter_map(move |uid: String| {
-        let found = store
-            .find(|o| o.metadata.uid.as_deref() == Some(uid.as_str()))
-            .map(|o| ObjectRef::from_obj(o.as_ref()));
-        futures::future::ready(found)
+        futures::future::ready(object_with_uid(&uid, &ctx.memo, &store))
     })
+}
+
+/// The object with this uid: the memo knows the objects it sent a start for; others (taken
+/// over after a restart) are looked for in the cache, a scan of every object (O(N) a change).
+fn object_with_uid(
+    uid: &str,
+    memo: &Memo,
+    store: &Store<SandboxProcess>,
+) -> Option<ObjectRef<SandboxProcess>> {
+    match memo.object_of(uid) {
+        Some((ns, name)) => Some(ObjectRef::new(&name).within(&ns)),
+        None => store
+            .find(|o| o.metadata.uid.as_deref() == Some(uid))
+            .map(|o| ObjectRef::from_obj(o.as_ref())),
+    }
 }
 
 /// Whether a change of pod `p` (named `name`) concerns the object: its target, or, while its
@@ -318,6 +331,30 @@ mod tests {
             .unwrap_err();
         assert!(matches!(&e, Error::Panicked(m) if m == "formatted"), "{e}");
         assert_eq!(unpanicked(async { Ok::<_, Error>(7) }).await.unwrap(), 7);
+    }
+
+    /// An agent's record names its process by uid: the objects we sent a start for are found
+    /// through the memo (the cache need not hold them: no scan), others in the cache, a
+    /// stranger nowhere.
+    #[test]
+    fn a_changed_record_finds_its_object_by_uid() {
+        let (store, mut writer) = reflector::store::<SandboxProcess>();
+        let taken_over: SandboxProcess = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
+            "metadata": {"name": "old", "namespace": "b", "uid": "u-old"},
+            "spec": {"command": ["true"], "podName": "p"}}))
+        .unwrap();
+        writer.apply_watcher_event(&watcher::Event::Apply(taken_over));
+        let memo = Memo::default();
+        memo.start_sent("u-new", "pod-uid", ("a", "new"));
+        let found = |uid| object_with_uid(uid, &memo, &store);
+        assert_eq!(found("u-new"), Some(ObjectRef::new("new").within("a")));
+        assert_eq!(found("u-old"), Some(ObjectRef::new("old").within("b")));
+        assert_eq!(found("u-none"), None);
+        // Final in the cache: the memo forgets it, the cache still finds it.
+        memo.ended("u-old");
+        memo.judge_copy("u-old", true, true);
+        assert_eq!(found("u-old"), Some(ObjectRef::new("old").within("b")));
     }
 
     #[test]

@@ -25,6 +25,9 @@ struct Entry {
     /// our writes, with the pod meanwhile re-created under its name on another node, must never
     /// start the process a second time there.
     start_sent_for: Option<String>,
+    /// The object's namespace and name, from the first start request on: an agent names a
+    /// process only by uid, and finding a uid in the cache is a scan of every object.
+    object: Option<(String, String)>,
     /// Digest of the last status the API server refused for its content: the same status is
     /// written withheld at once rather than refused again.
     refused: Option<u64>,
@@ -140,14 +143,23 @@ impl Memo {
         self.with(uid, |e| e.start_written = true);
     }
 
-    /// A start request is sent for pod `pod_uid`; returns the pod the object is bound to (the
-    /// first one a start was sent for).
-    pub fn start_sent(&self, uid: &str, pod_uid: &str) -> String {
+    /// A start request is sent for pod `pod_uid` on behalf of object `(namespace, name)`;
+    /// returns the pod the object is bound to (the first one a start was sent for).
+    pub fn start_sent(&self, uid: &str, pod_uid: &str, object: (&str, &str)) -> String {
         self.with(uid, |e| {
+            e.object
+                .get_or_insert_with(|| (object.0.to_string(), object.1.to_string()));
             e.start_sent_for
                 .get_or_insert_with(|| pod_uid.to_string())
                 .clone()
         })
+    }
+
+    /// The namespace and name of the object with this uid, if a start was sent for it and the
+    /// cache does not show it final yet (the time its agent's record changes).
+    pub fn object_of(&self, uid: &str) -> Option<(String, String)> {
+        let e = self.entries.lock().unwrap();
+        e.get(uid).and_then(|e| e.object.clone())
     }
 
     /// The pod the first start request was sent for, if any.
@@ -163,6 +175,7 @@ impl Memo {
             *e = Entry {
                 final_written: true,
                 refused: e.refused,
+                object: e.object.take(),
                 ..Entry::default()
             }
         });
@@ -256,9 +269,9 @@ mod tests {
     fn a_copy_older_than_our_start_is_not_acted_on_and_the_first_pod_binds() {
         let m = Memo::default();
         assert_eq!(m.start_sent_for("u"), None);
-        assert_eq!(m.start_sent("u", "pod-a"), "pod-a");
+        assert_eq!(m.start_sent("u", "pod-a", ("ns", "p")), "pod-a");
         assert_eq!(
-            m.start_sent("u", "pod-b"),
+            m.start_sent("u", "pod-b", ("ns", "p")),
             "pod-a",
             "bound to the first pod"
         );

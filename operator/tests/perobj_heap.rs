@@ -49,7 +49,11 @@ fn memo_burst() -> (isize, isize) {
     let m = Memo::default();
     let before = live();
     for u in &uids {
-        m.start_sent(u, "156960e2-4b5e-49a5-81e2-04a139ba57f5");
+        m.start_sent(
+            u,
+            "156960e2-4b5e-49a5-81e2-04a139ba57f5",
+            ("spo-bench", "s0-00001"),
+        );
         m.start_written(u);
         m.output_written(u);
     }
