@@ -18,19 +18,20 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::agent::Agents;
+use crate::cache::Entry;
 use crate::context::{Context, Settings, FIELD_MANAGER, FINALIZER};
 use crate::error::Error;
 use crate::memo::Memo;
 use crate::metrics::Metrics;
 use crate::pod::target_pod_name;
-use crate::status;
 
 /// Retry delay after `failures` consecutive failed reconciles: 1 s doubling to 5 min.
 pub fn retry_delay(failures: u32) -> Duration {
     Duration::from_secs(1u64 << failures.saturating_sub(1).min(9)).min(Duration::from_secs(300))
 }
 
-async fn reconcile(obj: Arc<SandboxProcess>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(entry: Arc<Entry>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let obj = entry.object();
     let metrics = ctx.metrics.clone();
     let _timer = metrics.reconcile();
     let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
@@ -85,7 +86,7 @@ async fn unpanicked<T>(fut: impl Future<Output = Result<T, Error>>) -> Result<T,
     }
 }
 
-fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(obj: Arc<Entry>, error: &Error, ctx: Arc<Context>) -> Action {
     warn!(
         object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()),
         error = %error,
@@ -95,27 +96,6 @@ fn error_policy(obj: Arc<SandboxProcess>, error: &Error, ctx: Arc<Context>) -> A
     let uid = obj.uid().unwrap_or_default();
     Action::requeue(retry_delay(ctx.memo.failed(&uid)))
 }
-
-/// Drops what the controller never reads from a cached SandboxProcess: `managedFields` (a deep
-/// JSON tree per field manager: ~15 KB of heap of a ~18 KB object), kubectl's
-/// last-applied-configuration annotation (a second copy of the spec) and what a settled status
-/// shows only to users (`status::drop_shown`; a new generation brings the object back whole).
-pub fn slim(o: &mut SandboxProcess) {
-    o.metadata.managed_fields = None;
-    if let Some(s) = o.status.as_mut() {
-        if status::settled(s, o.metadata.generation) {
-            status::drop_shown(s);
-        }
-    }
-    if let Some(a) = o.metadata.annotations.as_mut() {
-        a.remove(LAST_APPLIED);
-        if a.is_empty() {
-            o.metadata.annotations = None;
-        }
-    }
-}
-
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Runs the controller until `shutdown` resolves. `agents` is the registry shared with the
 /// subresource API; `changed` receives the exec ids whose record changed (from the agents'
@@ -154,18 +134,13 @@ pub async fn run(
         memo: Memo::default(),
     });
 
-    // The object cache (and the trigger stream) without managedFields and the client-side-apply
-    // copy of the object: nothing here reads them, and managedFields alone were ~80 % of each
-    // cached object's heap (docs/benchmarks.md).
-    let (store, writer) = reflector::store::<SandboxProcess>();
+    // The object cache (and the trigger stream) holds only what the controller reads of each
+    // object (cache::Entry).
+    let (store, writer) = reflector::store::<Entry>();
     ctx.metrics.count_phases_of(store.clone());
-    let objects = watcher(
-        Api::<SandboxProcess>::all(client),
-        watcher::Config::default(),
-    )
-    .modify(slim)
-    .reflect(writer)
-    .applied_objects();
+    let objects = watcher(Api::<Entry>::all(client), watcher::Config::default())
+        .reflect(writer)
+        .applied_objects();
     let sweeper = tokio::spawn(sweep_orphans(sweeper_agents, store.clone(), sweep_every));
     let by_pod = store.clone();
     let controller = Controller::for_stream(objects, store.clone())
@@ -204,9 +179,9 @@ pub async fn run(
 /// Agent record changed → the object whose UID is the exec id.
 fn agent_changes(
     mut rx: mpsc::UnboundedReceiver<String>,
-    store: Store<SandboxProcess>,
+    store: Store<Entry>,
     ctx: Arc<Context>,
-) -> impl futures::Stream<Item = ObjectRef<SandboxProcess>> {
+) -> impl futures::Stream<Item = ObjectRef<Entry>> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).filter_map(move |uid: String| {
         futures::future::ready(object_with_uid(&uid, &ctx.memo, &store))
     })
@@ -214,22 +189,22 @@ fn agent_changes(
 
 /// The object with this uid: the memo knows the objects it sent a start for; others (taken
 /// over after a restart) are looked for in the cache, a scan of every object (O(N) a change).
-fn object_with_uid(
-    uid: &str,
-    memo: &Memo,
-    store: &Store<SandboxProcess>,
-) -> Option<ObjectRef<SandboxProcess>> {
+fn object_with_uid(uid: &str, memo: &Memo, store: &Store<Entry>) -> Option<ObjectRef<Entry>> {
     match memo.object_of(uid) {
         Some((ns, name)) => Some(ObjectRef::new(&name).within(&ns)),
         None => store
-            .find(|o| o.metadata.uid.as_deref() == Some(uid))
+            .find(|o| o.meta().uid.as_deref() == Some(uid))
             .map(|o| ObjectRef::from_obj(o.as_ref())),
     }
 }
 
 /// Whether a change of pod `p` (named `name`) concerns the object: its target, or, while its
-/// selector has chosen none, any pod the selector matches.
-fn watches_pod(o: &SandboxProcess, p: &Pod, name: &str) -> bool {
+/// selector has chosen none, any pod the selector matches. Not a settled one: nothing a pod
+/// does changes it.
+fn watches_pod(e: &Entry, p: &Pod, name: &str) -> bool {
+    let Entry::Live(o) = e else {
+        return false;
+    };
     let target = target_pod_name(o);
     if !target.is_empty() {
         return target == name;
@@ -246,7 +221,7 @@ fn watches_pod(o: &SandboxProcess, p: &Pod, name: &str) -> bool {
 /// nobody can see. Only ids shaped like object UIDs are ours to judge, and only those missing in
 /// two sweeps in a row (by default a 5-minute margin over any cache lag). Runs while this
 /// operator leads.
-async fn sweep_orphans(agents: Arc<Agents>, store: Store<SandboxProcess>, every: Duration) {
+async fn sweep_orphans(agents: Arc<Agents>, store: Store<Entry>, every: Duration) {
     let mut suspects: std::collections::HashSet<String> = Default::default();
     loop {
         tokio::time::sleep(every).await;
@@ -338,8 +313,8 @@ mod tests {
     /// stranger nowhere.
     #[test]
     fn a_changed_record_finds_its_object_by_uid() {
-        let (store, mut writer) = reflector::store::<SandboxProcess>();
-        let taken_over: SandboxProcess = serde_json::from_value(serde_json::json!({
+        let (store, mut writer) = reflector::store::<Entry>();
+        let taken_over: Entry = serde_json::from_value(serde_json::json!({
             "apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
             "metadata": {"name": "old", "namespace": "b", "uid": "u-old"},
             "spec": {"command": ["true"], "podName": "p"}}))
@@ -364,69 +339,5 @@ mod tests {
             .map(|n| retry_delay(*n).as_secs())
             .collect();
         assert_eq!(d, [1, 2, 4, 8, 256, 300, 300]);
-    }
-
-    #[test]
-    fn cached_objects_drop_managed_fields_and_last_applied() {
-        let mut o: SandboxProcess = serde_json::from_value(serde_json::json!({
-            "apiVersion": "sandbox.dev/v1alpha1",
-            "kind": "SandboxProcess",
-            "metadata": {
-                "name": "p", "namespace": "ns", "uid": "u",
-                "annotations": {LAST_APPLIED: "{}", "team": "a"},
-                "managedFields": [{"manager": "kubectl", "operation": "Apply",
-                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:podName": {}}}}],
-            },
-            "spec": {"podName": "w", "command": ["true"]},
-            // Final, of an older generation: kept whole (it is written again).
-            "status": {"phase": "Exited", "observedGeneration": 1,
-                "output": {"stdoutBytes": 1, "stderrBytes": 0, "tail": "x"}},
-        }))
-        .unwrap();
-        o.metadata.generation = Some(2);
-        let status = o.status.clone();
-        slim(&mut o);
-        assert_eq!(o.metadata.managed_fields, None);
-        assert_eq!(
-            o.metadata.annotations,
-            Some([("team".to_string(), "a".to_string())].into())
-        );
-        assert_eq!(o.status, status);
-        o.metadata.annotations = Some([(LAST_APPLIED.to_string(), "{}".to_string())].into());
-        slim(&mut o);
-        assert_eq!(o.metadata.annotations, None);
-    }
-
-    #[test]
-    fn cached_settled_statuses_keep_what_the_controller_reads() {
-        let object = |phase: &str| -> SandboxProcess {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "sandbox.dev/v1alpha1",
-                "kind": "SandboxProcess",
-                "metadata": {"name": "p", "namespace": "ns", "uid": "u", "generation": 3},
-                "spec": {"podName": "w", "command": ["true"]},
-                "status": {"phase": phase, "observedGeneration": 3, "podUID": "pu",
-                    "nodeName": "n", "finishedAt": "2026-12-05T10:00:01Z",
-                    "exit": {"code": 0}, "endReason": "Exited",
-                    "output": {"stdoutBytes": 1, "stderrBytes": 0, "tail": "x"},
-                    "logMatch": {"line": "l", "cursor": "c"},
-                    "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
-                        "message": "m", "observedGeneration": 3,
-                        "lastTransitionTime": "2026-12-05T10:00:01Z"}]},
-            }))
-            .unwrap()
-        };
-        let mut o = object("Exited");
-        let mut expected = o.status.clone().unwrap();
-        slim(&mut o);
-        expected.conditions.clear();
-        expected.output.as_mut().unwrap().tail.clear();
-        expected.log_match = None;
-        assert_eq!(o.status, Some(expected));
-        // Running: everything is read (and written again).
-        let mut o = object("Running");
-        let status = o.status.clone();
-        slim(&mut o);
-        assert_eq!(o.status, status);
     }
 }

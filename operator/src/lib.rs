@@ -4,6 +4,7 @@
 pub mod act;
 pub mod agent;
 pub mod apply;
+pub mod cache;
 pub mod certs;
 pub mod cleanup;
 pub mod context;

@@ -16,7 +16,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use sandbox_api::crd::{Phase, SandboxProcess};
+use sandbox_api::crd::Phase;
+
+use crate::cache::Entry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -47,7 +49,7 @@ pub struct Metrics {
     /// The objects `processes` counts by phase at each scrape (the controller's cache, once it
     /// runs). Counted from the cache rather than remembered per object: a map of each object's
     /// last phase held ~100 B of heap per object (tests/perobj_heap.rs).
-    objects: Mutex<Option<Store<SandboxProcess>>>,
+    objects: Mutex<Option<Store<Entry>>>,
     pub ready: AtomicBool,
 }
 
@@ -183,7 +185,7 @@ impl Metrics {
     }
 
     /// Counts `objects` by phase from now on (in every scrape).
-    pub fn count_phases_of(&self, objects: Store<SandboxProcess>) {
+    pub fn count_phases_of(&self, objects: Store<Entry>) {
         *self.objects.lock().unwrap() = Some(objects);
     }
 
@@ -193,7 +195,7 @@ impl Metrics {
         };
         let mut counts = [0i64; Phase::ALL.len()];
         for o in objects.state() {
-            let phase = o.status.as_ref().and_then(|s| s.phase);
+            let phase = o.phase();
             if let Some(i) = Phase::ALL.iter().position(|p| Some(*p) == phase) {
                 counts[i] += 1;
             }
@@ -267,7 +269,7 @@ mod tests {
     #[test]
     fn objects_are_counted_by_phase_from_the_cache() {
         use kube::runtime::{reflector, watcher};
-        let object = |name: &str, phase: Option<&str>| -> SandboxProcess {
+        let object = |name: &str, phase: Option<&str>| -> Entry {
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": name, "namespace": "ns", "uid": name},
                 "spec": {"podName": "w", "command": ["true"]},

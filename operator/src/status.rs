@@ -124,15 +124,26 @@ pub fn settled(s: &SandboxProcessStatus, generation: Option<i64>) -> bool {
             .all(|c| c.observed_generation == generation)
 }
 
-/// Drops from a settled status what it shows only to users (its conditions, output tail and
-/// log-match line: ~0.9 KB of heap of a `true`, up to ~3 KB with output), for the operator's
-/// cache. The phase, error code, end, pod, node and times stay: deletion and the TTL read them.
-pub fn drop_shown(s: &mut SandboxProcessStatus) {
-    s.conditions = Vec::new();
-    if let Some(o) = s.output.as_mut() {
-        o.tail = String::new();
+/// What the operator reads of a settled status, all it keeps of one in its cache
+/// (cache::Settled): the phase, generation, pod, node, end, error code and finish time; deletion
+/// and the TTL read them, and [`compute`] gives the rest back as it is. Dropped: what only users
+/// read (conditions, output, error message, usage; ~1 KB of a `true`, up to ~4 KB with output).
+pub fn kept_when_settled(s: &SandboxProcessStatus) -> SandboxProcessStatus {
+    SandboxProcessStatus {
+        observed_generation: s.observed_generation,
+        phase: s.phase,
+        pod_name: s.pod_name.clone(),
+        node_name: s.node_name.clone(),
+        pod_uid: s.pod_uid.clone(),
+        finished_at: s.finished_at.clone(),
+        exit: s.exit.clone(),
+        end_reason: s.end_reason,
+        error: s.error.as_ref().map(|e| ProcessError {
+            code: e.code,
+            message: String::new(),
+        }),
+        ..Default::default()
     }
-    s.log_match = None;
 }
 
 /// Whether the process was started (the agent has or had it).

@@ -1,0 +1,112 @@
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+
+use super::*;
+use crate::pod::target_pod_name;
+
+fn object(spec: serde_json::Value, status: serde_json::Value) -> SandboxProcess {
+    serde_json::from_value(json!({
+        "apiVersion": "sandbox.dev/v1alpha1",
+        "kind": "SandboxProcess",
+        "metadata": {
+            "name": "p", "namespace": "ns", "uid": "u", "generation": 3,
+            "finalizers": ["sandbox.dev/process"],
+            "deletionTimestamp": "2026-12-05T10:00:09Z",
+            "annotations": {LAST_APPLIED: "{}", "team": "a"},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:podName": {}}}}],
+        },
+        "spec": spec,
+        "status": status,
+    }))
+    .unwrap()
+}
+
+fn settled_status(phase: &str) -> serde_json::Value {
+    json!({"phase": phase, "observedGeneration": 3, "podName": "w-1", "podUID": "pu",
+        "targetPodUID": "pu", "containerID": "c", "pid": 7, "nodeName": "n",
+        "startedAt": "2026-12-05T10:00:00Z", "finishedAt": "2026-12-05T10:00:01Z",
+        "exit": {"code": 3}, "endReason": "Exited",
+        "error": {"code": "ProcessLost", "message": "the pod was replaced"},
+        "output": {"stdoutBytes": 1, "stderrBytes": 0, "tail": "x"},
+        "logMatch": {"line": "l", "cursor": "c"},
+        "conditions": [{"type": "Ready", "status": "False", "reason": "Succeeded",
+            "message": "m", "observedGeneration": 3,
+            "lastTransitionTime": "2026-12-05T10:00:01Z"}]})
+}
+
+#[test]
+fn entries_drop_managed_fields_and_last_applied() {
+    // Final, of an older generation: live, kept whole (it is written again).
+    let mut status = settled_status("Exited");
+    status["observedGeneration"] = json!(2);
+    let o = object(json!({"podName": "w", "command": ["true"]}), status);
+    let Entry::Live(e) = Entry::new(o.clone()) else {
+        panic!("an older generation's status is live")
+    };
+    assert_eq!(e.metadata.managed_fields, None);
+    assert_eq!(
+        e.metadata.annotations,
+        Some([("team".to_string(), "a".to_string())].into())
+    );
+    assert_eq!((&e.spec, &e.status), (&o.spec, &o.status));
+    let mut only_last_applied = o;
+    only_last_applied.metadata.annotations = Some([(LAST_APPLIED.into(), "{}".into())].into());
+    assert_eq!(Entry::new(only_last_applied).meta().annotations, None);
+}
+
+#[test]
+fn a_running_object_is_live_and_whole() {
+    let o = object(
+        json!({"podName": "w", "command": ["sleep", "9"]}),
+        json!({"phase": "Running", "observedGeneration": 3, "podUID": "pu"}),
+    );
+    let e = Entry::new(o.clone());
+    assert!(matches!(e, Entry::Live(_)));
+    assert_eq!(e.phase(), Some(Phase::Running));
+    assert_eq!((&e.object().spec, &e.object().status), (&o.spec, &o.status));
+}
+
+/// A settled object's reconcile reads the same from the rebuilt object as from the whole one:
+/// what deletion, the TTL and the finalizer use, and a settled, final status.
+#[test]
+fn a_settled_entry_gives_back_what_its_reconcile_reads() {
+    let specs = [
+        json!({"podName": "w-1", "command": ["true"], "ttlSecondsAfterFinished": 30,
+            "stopSignal": 2, "terminationGracePeriodSeconds": 9}),
+        json!({"podSelector": {"matchLabels": {"app": "w"}}, "command": ["true"],
+            "env": [{"name": "A", "value": "b"}], "workingDir": "/tmp", "stop": true}),
+    ];
+    let now = Time(Timestamp::from_second(1_796_469_610).unwrap());
+    for (spec, phase) in specs.into_iter().zip(["Exited", "Error"]) {
+        let whole = object(spec, settled_status(phase));
+        let s = whole.status.clone().unwrap();
+        assert!(status::settled(&s, Some(3)), "{s:?}");
+        let e = Entry::new(whole.clone());
+        assert!(matches!(e, Entry::Settled(_)), "{e:?}");
+        assert_eq!(e.phase(), s.phase);
+        let rebuilt = e.object();
+        let r = rebuilt.status.clone().unwrap();
+        assert_eq!(r, status::kept_when_settled(&s));
+        assert!(status::settled(&r, rebuilt.metadata.generation));
+        assert_eq!(
+            (status::is_final(&r), status::is_started(&r)),
+            (status::is_final(&s), status::is_started(&s))
+        );
+        assert_eq!(target_pod_name(&rebuilt), target_pod_name(&whole));
+        assert_eq!(
+            status::ttl_remaining(&rebuilt.spec, &r, &now),
+            status::ttl_remaining(&whole.spec, &s, &now)
+        );
+        let (a, b) = (&rebuilt.spec, &whole.spec);
+        assert_eq!(
+            (a.stop, a.stop_signal, a.termination_grace_period_seconds),
+            (b.stop, b.stop_signal, b.termination_grace_period_seconds)
+        );
+        let mut meta = whole.metadata.clone();
+        meta.managed_fields = None;
+        meta.annotations = Some([("team".to_string(), "a".to_string())].into());
+        assert_eq!(rebuilt.metadata, meta);
+        assert_eq!(e.meta(), &meta);
+    }
+}
