@@ -4,11 +4,9 @@
 //! final. The typed object is ~1 KB before any string is stored; a settled entry about half that
 //! (docs/benchmarks.md, "Operator memory"). A new generation arrives whole from the watch and is
 //! live again.
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
 use sandbox_api::crd::{
     EndReason, ErrorCode, ExitStatus, Phase, ProcessError, RestartPolicy, SandboxProcess,
@@ -17,6 +15,7 @@ use sandbox_api::crd::{
 use serde::{Deserialize, Deserializer};
 
 use crate::status;
+use crate::watched::{resource_of, Meta};
 
 /// One cached SandboxProcess, as the watch delivered it (see the module's comment).
 #[derive(Clone, Debug)]
@@ -47,10 +46,8 @@ pub struct Settled {
 }
 
 impl Entry {
-    /// The cache's entry for an object from the watch: without what nothing here reads
-    /// (`slim`), and settled if its status is.
+    /// The cache's entry for an object: settled if its status is.
     pub fn new(mut o: SandboxProcess) -> Entry {
-        slim(&mut o.metadata);
         match o.status.take() {
             Some(s) if status::settled(&s, o.metadata.generation) => {
                 Entry::Settled(Box::new(Settled::new(o.metadata, &o.spec, &s)))
@@ -145,44 +142,29 @@ impl Settled {
     }
 }
 
-/// Drops what the controller never reads from a cached object's metadata: `managedFields` (a
-/// deep JSON tree per field manager: ~15 KB of heap of a ~18 KB object) and kubectl's
-/// last-applied-configuration annotation (a second copy of the spec).
-fn slim(m: &mut ObjectMeta) {
-    m.managed_fields = None;
-    if let Some(a) = m.annotations.as_mut() {
-        a.remove(LAST_APPLIED);
-        if a.is_empty() {
-            m.annotations = None;
-        }
-    }
-}
-
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
+/// Read from the watch without what nothing here reads (crate::watched).
 impl<'de> Deserialize<'de> for Entry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Entry, D::Error> {
-        SandboxProcess::deserialize(d).map(Entry::new)
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(default)]
+            metadata: Meta,
+            spec: SandboxProcessSpec,
+            status: Option<SandboxProcessStatus>,
+        }
+        let w = Wire::deserialize(d)?;
+        Ok(Entry::new(SandboxProcess {
+            metadata: w.metadata.into(),
+            spec: w.spec,
+            status: w.status,
+        }))
     }
 }
 
 /// The API resource is SandboxProcess's: the watch and the controller's references use it.
 impl Resource for Entry {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
+    resource_of!(SandboxProcess);
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        SandboxProcess::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        SandboxProcess::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        SandboxProcess::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        SandboxProcess::plural(dt)
-    }
     fn meta(&self) -> &ObjectMeta {
         match self {
             Entry::Live(o) => &o.metadata,

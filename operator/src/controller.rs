@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::Reporter;
@@ -24,6 +24,7 @@ use crate::error::Error;
 use crate::memo::Memo;
 use crate::metrics::Metrics;
 use crate::pod::target_pod_name;
+use crate::watched::{self, WatchedPod};
 
 /// Retry delay after `failures` consecutive failed reconciles: 1 s doubling to 5 min.
 pub fn retry_delay(failures: u32) -> Duration {
@@ -108,15 +109,16 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    // Every pod (target pods live anywhere), without managedFields to keep the cache small.
+    // Every pod (target pods live anywhere), read without managedFields (crate::watched).
     let (pods, pod_writer) = reflector::store::<Pod>();
-    let pod_events = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .modify(|p| {
-            p.managed_fields_mut().clear();
-        })
-        .reflect(pod_writer)
-        .touched_objects();
+    let pod_events = watcher(
+        Api::<WatchedPod>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .map_ok(watched::pods)
+    .reflect(pod_writer)
+    .touched_objects();
     let watches = tokio::spawn(agents.clone().run_watches());
     let (sweeper_agents, sweep_every) = (agents.clone(), settings.orphan_sweep);
     let reporter = Reporter {

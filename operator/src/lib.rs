@@ -21,4 +21,5 @@ pub mod pod;
 pub mod selftest;
 pub mod status;
 pub mod subresources;
+pub mod watched;
 pub mod writer;

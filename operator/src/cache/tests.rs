@@ -3,9 +3,11 @@ use serde_json::json;
 
 use super::*;
 use crate::pod::target_pod_name;
+use crate::watched::LAST_APPLIED;
 
-fn object(spec: serde_json::Value, status: serde_json::Value) -> SandboxProcess {
-    serde_json::from_value(json!({
+/// The object as the API server sends it: the whole one, and the cache's entry read from it.
+fn object(spec: serde_json::Value, status: serde_json::Value) -> (SandboxProcess, Entry) {
+    let json = json!({
         "apiVersion": "sandbox.dev/v1alpha1",
         "kind": "SandboxProcess",
         "metadata": {
@@ -18,8 +20,11 @@ fn object(spec: serde_json::Value, status: serde_json::Value) -> SandboxProcess 
         },
         "spec": spec,
         "status": status,
-    }))
-    .unwrap()
+    });
+    (
+        serde_json::from_value(json.clone()).unwrap(),
+        serde_json::from_value(json).unwrap(),
+    )
 }
 
 fn settled_status(phase: &str) -> serde_json::Value {
@@ -40,8 +45,8 @@ fn entries_drop_managed_fields_and_last_applied() {
     // Final, of an older generation: live, kept whole (it is written again).
     let mut status = settled_status("Exited");
     status["observedGeneration"] = json!(2);
-    let o = object(json!({"podName": "w", "command": ["true"]}), status);
-    let Entry::Live(e) = Entry::new(o.clone()) else {
+    let (o, e) = object(json!({"podName": "w", "command": ["true"]}), status);
+    let Entry::Live(e) = e else {
         panic!("an older generation's status is live")
     };
     assert_eq!(e.metadata.managed_fields, None);
@@ -50,18 +55,14 @@ fn entries_drop_managed_fields_and_last_applied() {
         Some([("team".to_string(), "a".to_string())].into())
     );
     assert_eq!((&e.spec, &e.status), (&o.spec, &o.status));
-    let mut only_last_applied = o;
-    only_last_applied.metadata.annotations = Some([(LAST_APPLIED.into(), "{}".into())].into());
-    assert_eq!(Entry::new(only_last_applied).meta().annotations, None);
 }
 
 #[test]
 fn a_running_object_is_live_and_whole() {
-    let o = object(
+    let (o, e) = object(
         json!({"podName": "w", "command": ["sleep", "9"]}),
         json!({"phase": "Running", "observedGeneration": 3, "podUID": "pu"}),
     );
-    let e = Entry::new(o.clone());
     assert!(matches!(e, Entry::Live(_)));
     assert_eq!(e.phase(), Some(Phase::Running));
     assert_eq!((&e.object().spec, &e.object().status), (&o.spec, &o.status));
@@ -79,10 +80,9 @@ fn a_settled_entry_gives_back_what_its_reconcile_reads() {
     ];
     let now = Time(Timestamp::from_second(1_796_469_610).unwrap());
     for (spec, phase) in specs.into_iter().zip(["Exited", "Error"]) {
-        let whole = object(spec, settled_status(phase));
+        let (whole, e) = object(spec, settled_status(phase));
         let s = whole.status.clone().unwrap();
         assert!(status::settled(&s, Some(3)), "{s:?}");
-        let e = Entry::new(whole.clone());
         assert!(matches!(e, Entry::Settled(_)), "{e:?}");
         assert_eq!(e.phase(), s.phase);
         let rebuilt = e.object();
