@@ -34,6 +34,31 @@ pub fn trim() -> bool {
     unsafe { libc::malloc_trim(0) == 1 }
 }
 
+/// The allocator's heap: bytes handed out and still in use, and bytes it holds free (free
+/// chunks between used ones, which no trim can give back while a used chunk shares their page).
+/// Their sum against the RSS tells a leak (in use grows) from fragmentation (free grows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heap {
+    pub in_use: u64,
+    pub free: u64,
+}
+
+/// The heap now (`None`: not known with this allocator).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn heap() -> Option<Heap> {
+    // SAFETY: mallinfo2 has no preconditions; it takes each arena's lock while it counts.
+    let m = unsafe { libc::mallinfo2() };
+    Some(Heap {
+        in_use: (m.uordblks + m.hblkhd) as u64,
+        free: m.fordblks as u64,
+    })
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn heap() -> Option<Heap> {
+    None
+}
+
 /// Other allocators (musl's) give free memory back by themselves.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn trim() -> bool {

@@ -26,6 +26,11 @@ pub struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeapLabels {
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
     pub phase: String,
 }
@@ -45,6 +50,7 @@ pub struct Metrics {
     status_write_failures: Family<ErrorLabels, Counter>,
     status_writes_withheld: Counter,
     leader: Gauge,
+    heap: Family<HeapLabels, Gauge>,
     certificate_expiry: Family<CertificateLabels, Gauge>,
     /// The objects `processes` counts by phase at each scrape (the controller's cache, once it
     /// runs). Counted from the cache rather than remembered per object: a map of each object's
@@ -70,6 +76,7 @@ impl Metrics {
         let status_write_failures = Family::<ErrorLabels, Counter>::default();
         let status_writes_withheld = Counter::default();
         let leader = Gauge::default();
+        let heap = Family::<HeapLabels, Gauge>::default();
         let certificate_expiry = Family::<CertificateLabels, Gauge>::default();
         registry.register("reconciles", "Reconciliations run", reconciles.clone());
         registry.register(
@@ -114,6 +121,12 @@ impl Metrics {
             "1 while this replica holds the leader lease",
             leader.clone(),
         );
+        registry.register(
+            "heap_bytes",
+            "The allocator's heap at the scrape: bytes in use (state=in_use) and held free \
+             between them (state=free; RSS the allocator cannot give back)",
+            heap.clone(),
+        );
         for p in Phase::ALL {
             processes
                 .get_or_create(&PhaseLabels {
@@ -131,6 +144,7 @@ impl Metrics {
             status_write_failures,
             status_writes_withheld,
             leader,
+            heap,
             certificate_expiry,
             objects: Mutex::new(None),
             ready: AtomicBool::new(false),
@@ -211,6 +225,12 @@ impl Metrics {
 
     pub fn encode(&self) -> String {
         self.count_phases();
+        if let Some(h) = crate::memtrim::heap() {
+            for (state, bytes) in [("in_use", h.in_use), ("free", h.free)] {
+                let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+                self.heap.get_or_create(&HeapLabels { state }).set(bytes);
+            }
+        }
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
@@ -334,5 +354,27 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("sandbox_operator_reconcile_duration_seconds_count 1"));
+    }
+
+    /// The heap as the allocator counts it: what is in use grows with what is held.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn the_heap_in_use_and_free_is_shown() {
+        let m = Metrics::new();
+        let in_use = |text: &str| -> i64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("sandbox_operator_heap_bytes{state=\"in_use\"}"))
+                .unwrap_or_else(|| panic!("{text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let before = in_use(&m.encode());
+        let held = vec![1u8; 8 << 20];
+        let after = in_use(&m.encode());
+        assert!(after - before >= 8 << 20, "{before} → {after}");
+        assert!(m
+            .encode()
+            .contains("sandbox_operator_heap_bytes{state=\"free\"}"));
+        drop(held);
     }
 }
