@@ -34,9 +34,9 @@ pub fn trim() -> bool {
     unsafe { libc::malloc_trim(0) == 1 }
 }
 
-/// The allocator's heap: bytes handed out and still in use, and bytes it holds free (free
-/// chunks between used ones, which no trim can give back while a used chunk shares their page).
-/// Their sum against the RSS tells a leak (in use grows) from fragmentation (free grows).
+/// The allocator's heap: bytes handed out and still in use, and bytes in the free chunks it
+/// keeps (a trim gives the whole free pages among them back, the chunks stay listed). Against
+/// the RSS: a leak or a growing cache grows in use; fragmentation grows RSS − code − in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Heap {
     pub in_use: u64,

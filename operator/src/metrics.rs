@@ -123,8 +123,9 @@ impl Metrics {
         );
         registry.register(
             "heap_bytes",
-            "The allocator's heap at the scrape: bytes in use (state=in_use) and held free \
-             between them (state=free; RSS the allocator cannot give back)",
+            "The allocator's heap at the scrape: bytes in use (state=in_use) and in free chunks \
+             it keeps (state=free; the periodic trim has given the whole free pages among them \
+             back, so RSS is less than their sum)",
             heap.clone(),
         );
         for p in Phase::ALL {
@@ -369,9 +370,10 @@ mod tests {
             line.rsplit(' ').next().unwrap().parse().unwrap()
         };
         let before = in_use(&m.encode());
-        let held = vec![1u8; 8 << 20];
+        let held = vec![1u8; 32 << 20];
         let after = in_use(&m.encode());
-        assert!(after - before >= 8 << 20, "{before} → {after}");
+        // Other tests allocate and free meanwhile: most of the 32 MiB, not all of it exactly.
+        assert!(after - before >= 24 << 20, "{before} → {after}");
         assert!(m
             .encode()
             .contains("sandbox_operator_heap_bytes{state=\"free\"}"));
