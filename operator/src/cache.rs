@@ -25,7 +25,9 @@ pub enum Entry {
 }
 
 /// What a settled object's reconcile reads (deletion, the TTL, the finalizer): its metadata, the
-/// spec fields a stop and the TTL use, and `status::kept_when_settled` of its status, unpacked.
+/// spec fields a stop and the TTL use, and `status::kept_when_settled` of its status, unpacked
+/// (the typed status is 440 bytes even nearly empty; `object` rebuilds it, and
+/// cache::tests pins the two to be equal).
 #[derive(Clone, Debug)]
 pub struct Settled {
     metadata: ObjectMeta,
@@ -47,7 +49,7 @@ pub struct Settled {
 
 impl Entry {
     /// The cache's entry for an object: settled if its status is.
-    pub fn new(mut o: SandboxProcess) -> Entry {
+    fn new(mut o: SandboxProcess) -> Entry {
         match o.status.take() {
             Some(s) if status::settled(&s, o.metadata.generation) => {
                 Entry::Settled(Box::new(Settled::new(o.metadata, &o.spec, &s)))
