@@ -208,3 +208,39 @@ async fn different_bytes_at_the_same_offset_conflict() {
         winner
     );
 }
+
+/// A second writer refused over the first one's bytes is told whose they are, so two people
+/// attached to one plain stdin see why one of them was turned away.
+#[tokio::test]
+async fn a_refused_writer_is_told_who_wrote_first() {
+    let f = fx();
+    let r = f.agent.start(&with_stdin(&f.ctr, &["cat"])).await.unwrap();
+    let id = r.exec_id.clone();
+    let (s, v) = f.agent.stdin_as(&id, 0, b"alice's\n", "by=alice").await;
+    assert_eq!(s, 200, "{v}");
+    for (offset, data) in [(0, &b"bob's!!\n"[..]), (3, b"x")] {
+        let (s, v) = f.agent.stdin_as(&id, offset, data, "by=bob").await;
+        assert_eq!(s, 409, "{v}");
+        let m = v["message"].as_str().unwrap();
+        assert!(m.contains("written by \"alice\""), "{m}");
+    }
+    // Alice's own retry is acknowledged, and a refusal of hers names nobody else.
+    let (s, v) = f.agent.stdin_as(&id, 0, b"alice's\n", "by=alice").await;
+    assert_eq!((s, v["bytes"].as_u64()), (200, Some(8)), "{v}");
+    let (s, v) = f.agent.stdin_as(&id, 20, b"y", "by=alice").await;
+    assert_eq!(s, 409, "{v}");
+    assert!(
+        !v["message"].as_str().unwrap().contains("written by"),
+        "{v}"
+    );
+    // A control character in the label does not reach the message.
+    let (_, v) = f.agent.stdin_as(&id, 8, b"m", "by=mal%0Alory").await;
+    let (_, v2) = f.agent.stdin_as(&id, 8, b"n", "by=bob").await;
+    assert_eq!(v["bytes"].as_u64(), Some(9), "{v}");
+    assert!(
+        v2["message"].as_str().unwrap().contains("\"mallory\""),
+        "{v2}"
+    );
+    f.agent.stdin(&id, 9, b"", true).await;
+    f.agent.wait_final(&id, T).await;
+}

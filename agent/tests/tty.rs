@@ -193,3 +193,136 @@ async fn ctrl_c_ends_the_foreground_job_and_the_shell_lives_on() {
     let rec = f.agent.wait_final(&id, T).await;
     assert_eq!(rec.exit.as_ref().map(|e| e.code), Some(3), "{rec:?}");
 }
+
+/// A stdin write to a shared terminal by `writer` at its own offset `at`; the offset after.
+async fn type_as(a: &Agent, id: &str, writer: &str, at: u64, data: &[u8]) -> u64 {
+    let (s, v) = a.stdin_as(id, at, data, &format!("writer={writer}")).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["bytes"].as_u64(), Some(at + data.len() as u64), "{v}");
+    at + data.len() as u64
+}
+
+/// Two attachers type into one terminal, as two tmux clients do: each writer's bytes are placed
+/// by offsets of its own, so neither refuses the other, each retry is still taken once, and
+/// the keys reach the process in the order they arrive.
+#[tokio::test]
+async fn two_writers_share_a_terminal_and_neither_is_refused() {
+    let f = fx();
+    let cmd = ["sh", "-c", "read a; read b; read c; echo \"got:$a:$b:$c\""];
+    let r = f
+        .agent
+        .start(&with_tty(&f.ctr, &cmd, 24, 80))
+        .await
+        .unwrap();
+    let id = r.exec_id.clone();
+    let a = type_as(&f.agent, &id, "writer-a", 0, b"one\n").await;
+    // B starts at its own 0, where A's bytes are: no conflict.
+    let b = type_as(&f.agent, &id, "writer-b", 0, b"two\n").await;
+    // A's retry of what was taken is acknowledged without typing it again.
+    let (s, v) = f.agent.stdin_as(&id, 0, b"one\n", "writer=writer-a").await;
+    assert_eq!((s, v["bytes"].as_u64()), (200, Some(a)), "{v}");
+    // A gap in A's own bytes is refused, naming A's count.
+    let (s, v) = f.agent.stdin_as(&id, a + 5, b"x", "writer=writer-a").await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (409, Some("StdinOffsetMismatch")),
+        "{v}"
+    );
+    assert_eq!(
+        v["message"].as_str().map(|m| m.contains("are 4")),
+        Some(true),
+        "{v}"
+    );
+    // A bad writer id is refused by name.
+    let (s, v) = f.agent.stdin_as(&id, 0, b"x", "writer=a%20b").await;
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("writer: \"a b\""),
+        "{v}"
+    );
+    type_as(&f.agent, &id, "writer-b", b, b"three\n").await;
+    wait_output(&f.agent, &id, "got:one:two:three").await;
+    let rec = f.agent.wait_final(&id, T).await;
+    assert_eq!(rec.exit.as_ref().map(|e| e.code), Some(0), "{rec:?}");
+    assert_eq!(
+        rec.stdin.map(|s| s.bytes),
+        Some(14),
+        "all writers' bytes: {rec:?}"
+    );
+    // A process without a terminal has no shared input.
+    let plain = f.agent.start(&with_stdin_only(&f.ctr)).await.unwrap();
+    let (s, v) = f.agent.stdin_as(&plain.exec_id, 0, b"x", "writer=w").await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (409, Some("StdinUnavailable")),
+        "{v}"
+    );
+    f.agent
+        .signal(&plain.exec_id, json!({"stop": true, "graceSeconds": 0}))
+        .await;
+}
+
+fn with_stdin_only(c: &Container) -> StartRequest {
+    let mut r = req(c, &["cat"]);
+    r.stdin = true;
+    r
+}
+
+/// What a terminal of this size shows after `bytes`.
+fn shown(bytes: &[u8], rows: u16, cols: u16) -> String {
+    let mut p = vt100::Parser::new(rows.try_into().unwrap(), cols.try_into().unwrap(), 0);
+    p.process(bytes);
+    p.screen().contents()
+}
+
+/// The screen an attach starts from is what the terminal shows, not its history: one screenful
+/// after 2 MB of output, no query printed long ago in it, and a cursor from which the output
+/// goes on with what came after.
+#[tokio::test]
+async fn the_screen_is_what_the_terminal_shows_with_a_cursor_after_it() {
+    use base64::Engine;
+    let f = fx();
+    let script =
+        "seq 1 300000; printf '\\033[6n\\033[c'; echo ready; read x; echo after-$x; read y";
+    let r = f
+        .agent
+        .start(&with_tty(&f.ctr, &["sh", "-c", script], 10, 40))
+        .await
+        .unwrap();
+    let id = r.exec_id.clone();
+    wait_output(&f.agent, &id, "ready\r\n").await;
+    let t0 = Instant::now();
+    let (s, v) = f.agent.get(&format!("/v1/processes/{id}/screen")).await;
+    let took = t0.elapsed();
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["kept"], json!(true), "{v}");
+    let redraw = base64::engine::general_purpose::STANDARD
+        .decode(v["data"].as_str().unwrap())
+        .unwrap();
+    let history = output(&f.agent, &id).await;
+    assert!(history.len() > 2_000_000, "{}", history.len());
+    assert!(redraw.len() < 4096, "a screenful: {} bytes", redraw.len());
+    assert!(took < Duration::from_millis(200), "{took:?}");
+    assert_eq!(shown(&redraw, 10, 40), shown(history.as_bytes(), 10, 40));
+    assert!(
+        shown(&redraw, 10, 40).contains("300000\nready"),
+        "{redraw:?}"
+    );
+    for q in [&b"\x1b[6n"[..], b"\x1b[c"] {
+        assert!(
+            !redraw.windows(q.len()).any(|w| w == q),
+            "a query in {redraw:?}"
+        );
+    }
+    // The output after the cursor is what came after the screen.
+    let cursor = v["cursor"].as_str().unwrap().to_string();
+    type_in(&f.agent, &id, 0, b"x\n").await;
+    wait_output(&f.agent, &id, "after-x").await;
+    let after = text(&f.agent.logs(&id, &format!("since={cursor}")).await, None);
+    assert_eq!(after, "x\r\nafter-x\r\n");
+    type_in(&f.agent, &id, 2, b"y\n").await;
+    f.agent.wait_final(&id, T).await;
+    // Ended: no screen to attach to.
+    let (s, _) = f.agent.get(&format!("/v1/processes/{id}/screen")).await;
+    assert_eq!(s, 400);
+}

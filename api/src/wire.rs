@@ -5,8 +5,11 @@
 //! - `GET    /processes`              → [`ProcessList`]
 //! - `GET    /processes/{id}`         → [`ProcessRecord`]
 //! - `POST   /processes/{id}/signal`  [`SignalRequest`] → [`ProcessRecord`]
-//! - `POST   /processes/{id}/stdin`   bytes at `?offset=N[&close=true]` → [`StdinState`]
+//! - `POST   /processes/{id}/stdin`   bytes at `?offset=N[&close=true][&writer=W][&by=U]`
+//!   → [`StdinState`] (with `writer` on a `tty` process: offsets are that writer's own, see
+//!   [`StdinWriter`])
 //! - `POST   /processes/{id}/resize`  [`TerminalSize`] → [`TerminalSize`] (a `tty` process)
+//! - `GET    /processes/{id}/screen`  → [`TerminalScreen`] (a running `tty` process)
 //! - `GET    /processes/{id}/logs`    [`LogQuery`] → NDJSON stream of [`LogEvent`]
 //! - `DELETE /processes/{id}`         → forget: stop if running, delete record and logs
 //! - `GET    /watch`                  → NDJSON stream of [`WatchEvent`]
@@ -477,6 +480,69 @@ pub struct StdinState {
 /// Most bytes one stdin write carries; larger input is sent as several writes.
 pub const MAX_STDIN_WRITE: usize = 1 << 20;
 
+/// Who writes stdin. A terminal (`tty`) is shared like tmux's: each writer's bytes are placed
+/// by offsets of its own (the bytes *it* has had taken), exactly once per writer, and appended
+/// to the terminal's input in the order they arrive, so attachers never refuse each other.
+/// Plain stdin keeps one offset for all writers (exactly once, in order); there `writer` and
+/// `by` only name the writer whose bytes a refused one collided with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StdinWriter {
+    /// One attach, kept across its reconnects ([`writer_id_ok`]).
+    pub id: String,
+    /// Who it writes for (the requesting user), named in refusals ([`writer_label`]).
+    pub by: String,
+}
+
+/// Longest writer id.
+pub const MAX_WRITER_ID: usize = 64;
+
+/// A writer id: 1–64 of `[A-Za-z0-9_-]` (it is used as a key, and shown).
+pub fn writer_id_ok(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_WRITER_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Longest writer label, in bytes.
+pub const MAX_WRITER_LABEL: usize = 256;
+
+/// The requester as a refusal names it: control characters dropped, at most
+/// [`MAX_WRITER_LABEL`] bytes (cut on a character boundary). A user name is the API server's,
+/// but it still travels in a message and a record: it is treated as any tenant's bytes.
+pub fn writer_label(by: &str) -> String {
+    let mut out = String::new();
+    for c in by.chars().filter(|c| !c.is_control()) {
+        if out.len() + c.len_utf8() > MAX_WRITER_LABEL {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A running terminal's current screen: escape sequences that redraw it on a terminal of the
+/// same size (contents, colours, cursor, input modes; never a query), and the log cursor just
+/// after the output it shows. An attach starts with it instead of the whole history.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalScreen {
+    /// The redraw, base64. Empty when the screen is not kept ([`MAX_SCREEN_CELLS`]) or nothing
+    /// was printed yet.
+    #[serde(default)]
+    pub data: String,
+    /// The log cursor after the last byte the screen shows: the output follows from here.
+    pub cursor: String,
+    /// Whether a screen is kept for this terminal (false: too large; `data` is empty).
+    pub kept: bool,
+}
+
+/// The largest terminal (rows × columns) whose screen is kept: 32 bytes a cell, twice with the
+/// alternate screen, kept in the process's supervisor (e.g. 128×256; 24×80 is 1,920). Larger
+/// terminals re-attach from their current end instead, with nothing replayed.
+pub const MAX_SCREEN_CELLS: u32 = 32_768;
+
 /// Everything known about one process; written by its supervisor, served by the agent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -700,6 +766,19 @@ pub enum WatchEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writer_ids_and_labels() {
+        assert!(writer_id_ok("a") && writer_id_ok("Ab-9_z") && writer_id_ok(&"x".repeat(64)));
+        for bad in ["", "a b", "a/b", "é", "a\n", &"x".repeat(65)] {
+            assert!(!writer_id_ok(bad), "{bad:?}");
+        }
+        assert_eq!(writer_label("alice"), "alice");
+        assert_eq!(writer_label("a\nb\u{7f}c\u{85}d"), "abcd");
+        let long = "é".repeat(200); // 400 bytes
+        let l = writer_label(&long);
+        assert!(l.len() <= MAX_WRITER_LABEL && l.len() == 256 && l.chars().all(|c| c == 'é'));
+    }
 
     #[test]
     fn start_request_defaults() {

@@ -137,6 +137,7 @@ mod tests {
             offset: 0,
             len: payload.len(),
             close: false,
+            by: None,
         };
         let r = request_with(&sock, &req, &payload).await;
         server.await.unwrap();

@@ -20,7 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::daemon::auth::Auth;
 use crate::daemon::metrics::Metrics;
-use crate::daemon::registry::Registry;
+use crate::daemon::registry::{Registry, Who};
 use crate::shared::error::AgentError;
 use crate::shared::exec_id::ExecId;
 use crate::shared::ledger::{self, decode_cursor, encode_cursor, Entry, Pos, Stream};
@@ -70,6 +70,7 @@ pub fn router(state: AppState) -> Router {
             )),
         )
         .route("/v1/processes/{id}/resize", post(resize))
+        .route("/v1/processes/{id}/screen", get(screen))
         .route("/v1/processes/{id}/logs", get(logs))
         .route("/v1/watch", get(watch))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
@@ -201,12 +202,15 @@ async fn probe(
     Ok(Json(counted(&st, r)?))
 }
 
-/// `?offset=N[&close=true]`: where the body's bytes start in the process's input.
+/// `?offset=N[&close=true][&writer=W][&by=U]`: where the body's bytes start in the process's
+/// input (in `writer`'s own bytes on a shared terminal), and who writes.
 #[derive(serde::Deserialize)]
 struct StdinQuery {
     offset: u64,
     #[serde(default)]
     close: bool,
+    writer: Option<String>,
+    by: Option<String>,
 }
 
 /// The body, as bytes, for stdin at `offset`; the answer is stdin's state after it.
@@ -217,11 +221,26 @@ async fn stdin(
     body: Bytes,
 ) -> Result<Json<sandbox_api::wire::StdinState>, AgentError> {
     let r = match q {
-        Ok(Query(q)) => st.registry.stdin(&id, q.offset, &body, q.close).await,
+        Ok(Query(q)) => {
+            let who = Who {
+                writer: q.writer.as_deref(),
+                by: q.by.as_deref(),
+            };
+            st.registry.stdin(&id, q.offset, &body, q.close, who).await
+        }
         Err(e) => Err(AgentError::InvalidRequest(format!(
-            "query: {e} (offset=<bytes already sent>, close=true|false)"
+            "query: {e} (offset=<bytes already sent>, close=true|false, writer=<id>, by=<user>)"
         ))),
     };
+    Ok(Json(counted(&st, r)?))
+}
+
+/// What the process's terminal shows now (a redraw), and the log cursor after it.
+async fn screen(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<sandbox_api::wire::TerminalScreen>, AgentError> {
+    let r = st.registry.screen(&id).await;
     Ok(Json(counted(&st, r)?))
 }
 

@@ -1,6 +1,6 @@
 //! The supervisor's control socket: one JSON request line, one JSON reply line. The supervisor
 //! serves it (`supervisor::stop`); the agent calls it (`daemon::control_client`).
-use sandbox_api::wire::{ErrorCode, StdinState};
+use sandbox_api::wire::{ErrorCode, StdinState, TerminalScreen};
 use serde::{Deserialize, Serialize};
 
 /// A request on the control socket (one JSON line; one JSON line back).
@@ -29,7 +29,24 @@ pub enum Control {
         len: usize,
         #[serde(default)]
         close: bool,
+        /// Who writes (a label, [`sandbox_api::wire::writer_label`]), named when a later
+        /// write collides with these bytes. Older supervisors ignore it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
+    /// Like `StdinBytes` on a terminal shared by several writers: `offset` counts the bytes of
+    /// `writer` alone ([`sandbox_api::wire::StdinWriter`]). Older supervisors refuse it as an
+    /// unknown op.
+    TerminalBytes {
+        writer: String,
+        offset: u64,
+        len: usize,
+        #[serde(default)]
+        close: bool,
+    },
+    /// The terminal's current screen ([`TerminalScreen`]). Older supervisors refuse it as an
+    /// unknown op.
+    Screen,
     /// Where stdin is now (the record has it within the flush period: writes do not each
     /// rewrite it). Older supervisors refuse it as an unknown op; the record is then exact.
     StdinState,
@@ -52,6 +69,9 @@ pub struct ControlReply {
     /// Stdin after the request (stdin requests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<StdinState>,
+    /// The terminal's screen (`screen` requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen: Option<TerminalScreen>,
 }
 
 impl ControlReply {

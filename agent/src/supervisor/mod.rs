@@ -19,7 +19,9 @@
 //! - [`tree`](self::tree): the process tree (its root's exit, its cgroup's membership, usage).
 //! - [`stop`](self::stop): control requests, stop sequences and signals to the tree.
 //! - [`record_file`](self::record_file): writing the record (refreshes, the final one, its room).
-//! - [`stdin`](self::stdin), [`tty`](self::tty): the process's input, its terminal.
+//! - [`stdin`](self::stdin), [`tty`](self::tty): the process's input, its terminal;
+//!   [`writers`](self::writers): a shared terminal's writers; [`screen`](self::screen): what
+//!   the terminal shows now, for an attach.
 //! - [`end`](self::end): how a run ended (exit, error) and the final record.
 //! - [`restart`](self::restart): runs after the first (`restartPolicy`) and their back-off.
 //! - [`cgroup`]: the process tree's own cgroup (membership, kill, limits, usage).
@@ -47,11 +49,13 @@ mod output;
 mod ready;
 mod record_file;
 mod restart;
+mod screen;
 mod start;
 mod stdin;
 mod stop;
 mod tree;
 mod tty;
+mod writers;
 
 use nix::sys::signalfd::SignalFd;
 use sandbox_api::wire::ProcessRecord;
@@ -150,6 +154,12 @@ struct Supervisor {
     tty: Option<OwnedFd>,
     /// The last stdin bytes taken, to compare a write over them with.
     stdin_taken: stdin::Taken,
+    /// Who wrote the last stdin bytes taken (a label), named in a refusal of another writer.
+    last_by: Option<String>,
+    /// A shared terminal's writers and their own counts.
+    writers: writers::Writers,
+    /// What the terminal shows now (`tty`; nothing kept otherwise).
+    screen: screen::Screen,
     probe_cancel: Arc<AtomicBool>,
     dirty_since: Option<Instant>,
     oom_before: Option<u64>,

@@ -67,6 +67,8 @@ impl Supervisor {
         if let Err(e) = self.ledger.append(stream, now_nanos(), data) {
             self.write_failed("output", &e);
         }
+        // A terminal's output is its only stream: the screen sees exactly what the ledger has.
+        self.screen.feed(data);
         match stream {
             Stream::Stdout => self.rec.output.stdout_bytes += data.len() as u64,
             Stream::Stderr => self.rec.output.stderr_bytes += data.len() as u64,

@@ -10,6 +10,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use sandbox_api::wire::{ProbeKind, ProcessRecord};
 
 use super::record_file::{reserve_path, RESERVE_BYTES};
+use super::screen::Screen;
 use super::{Result, Supervisor, TAIL_BYTES};
 use crate::shared::exec_id::ExecId;
 use crate::shared::launch::LaunchSpec;
@@ -65,6 +66,9 @@ impl Supervisor {
             stdin: None,
             tty: None,
             stdin_taken: Default::default(),
+            last_by: None,
+            writers: Default::default(),
+            screen: Screen::none(),
             probe_cancel: Arc::new(AtomicBool::new(false)),
             dirty_since: None,
             oom_before,

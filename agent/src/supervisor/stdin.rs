@@ -87,12 +87,20 @@ fn refused(code: ErrorCode, message: String, at: StdinState) -> ControlReply {
         error: Some(message),
         code: Some(code),
         stdin: Some(at),
+        ..Default::default()
     }
 }
 
 impl Supervisor {
-    /// One write (then EOF when `close`), answered with the accepted end.
-    pub(super) fn write_stdin(&mut self, offset: u64, data: &[u8], close: bool) -> ControlReply {
+    /// One write (then EOF when `close`), answered with the accepted end. `by` names the writer
+    /// (a label): a write refused over another writer's bytes names that writer.
+    pub(super) fn write_stdin(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        close: bool,
+        by: Option<&str>,
+    ) -> ControlReply {
         let Some(mut at) = self.rec.stdin else {
             return refused(
                 ErrorCode::StdinUnavailable,
@@ -102,68 +110,137 @@ impl Supervisor {
         };
         let place = place(at.bytes, offset, data.len() as u64);
         if place != Place::Append && !self.stdin_taken.same(at.bytes, offset, data) {
-            return refused(
-                ErrorCode::StdinConflict,
-                format!(
-                    "a write of {} bytes at offset {offset} differs from the bytes stdin \
-                     accepted there (another writer at the same offset, or a retry with other \
-                     content); stdin has accepted {} bytes",
-                    data.len(),
-                    at.bytes
-                ),
-                at,
+            let m = format!(
+                "a write of {} bytes at offset {offset} differs from the bytes stdin accepted \
+                 there (another writer at the same offset, or a retry with other content); \
+                 stdin has accepted {} bytes{}",
+                data.len(),
+                at.bytes,
+                self.other_writer(by)
             );
+            return refused(ErrorCode::StdinConflict, m, at);
         }
         match place {
             Place::Taken if !close || at.closed => return ControlReply::with_stdin(at),
             Place::Taken => {}
             Place::Wrong => {
-                return refused(
-                    ErrorCode::StdinOffsetMismatch,
-                    format!(
-                        "a write of {} bytes at offset {offset}: stdin has accepted {} bytes; \
-                         write from offset {}",
-                        data.len(),
-                        at.bytes,
-                        at.bytes
-                    ),
-                    at,
-                )
+                let m = format!(
+                    "a write of {} bytes at offset {offset}: stdin has accepted {} bytes; write \
+                     from offset {}{}",
+                    data.len(),
+                    at.bytes,
+                    at.bytes,
+                    self.other_writer(by)
+                );
+                return refused(ErrorCode::StdinOffsetMismatch, m, at);
             }
-            Place::Append if data.is_empty() => {}
-            Place::Append => {
-                let Some(w) = self.stdin.as_ref().filter(|_| !at.closed) else {
-                    return refused(ErrorCode::StdinUnavailable, "stdin is closed".into(), at);
-                };
-                match nix::unistd::write(w, data) {
-                    Ok(n) => {
-                        at.bytes += n as u64;
-                        self.stdin_taken.push(&data[..n]);
-                    }
-                    // The process is not reading: nothing taken now; the caller retries.
-                    Err(Errno::EAGAIN) => {}
-                    Err(Errno::EPIPE) => {
-                        self.close_stdin();
-                        return refused(
-                            ErrorCode::StdinUnavailable,
-                            "the process closed its stdin".into(),
-                            self.rec.stdin.unwrap_or(at),
-                        );
-                    }
-                    Err(e) => {
-                        return refused(
-                            ErrorCode::StdinUnavailable,
-                            format!("writing stdin: {e}"),
-                            at,
-                        )
+            Place::Append => match self.take(at, data) {
+                Ok(n) => {
+                    at.bytes += n as u64;
+                    if n > 0 {
+                        self.last_by = by.map(str::to_string);
                     }
                 }
-            }
+                Err(r) => return r,
+            },
         }
+        self.accepted(
+            at,
+            close && at.bytes == offset.saturating_add(data.len() as u64),
+        )
+    }
+
+    /// One write to a shared terminal by `writer`, at an offset of its own bytes
+    /// ([`super::writers`]); answered with that writer's count.
+    pub(super) fn write_terminal(
+        &mut self,
+        writer: &str,
+        offset: u64,
+        data: &[u8],
+        close: bool,
+    ) -> ControlReply {
+        let (Some(mut at), true) = (self.rec.stdin, self.tty.is_some()) else {
+            return refused(
+                ErrorCode::StdinUnavailable,
+                "the process has no terminal (spec.tty)".into(),
+                StdinState::default(),
+            );
+        };
+        let mut mine = StdinState {
+            bytes: self.writers.count(writer, offset),
+            closed: at.closed,
+        };
+        match place(mine.bytes, offset, data.len() as u64) {
+            Place::Taken if !close || at.closed => return ControlReply::with_stdin(mine),
+            Place::Taken => {}
+            Place::Wrong => {
+                let m = format!(
+                    "a write of {} bytes at offset {offset}: this writer's bytes taken are {}; \
+                     write from offset {}",
+                    data.len(),
+                    mine.bytes,
+                    mine.bytes
+                );
+                return refused(ErrorCode::StdinOffsetMismatch, m, mine);
+            }
+            Place::Append => match self.take(at, data) {
+                Ok(n) => {
+                    at.bytes += n as u64;
+                    mine.bytes += n as u64;
+                }
+                Err(r) => return r,
+            },
+        }
+        self.writers.set(writer, mine.bytes);
+        let end = offset.saturating_add(data.len() as u64);
+        let reply = self.accepted(at, close && mine.bytes == end);
+        mine.closed = reply.stdin.is_some_and(|s| s.closed);
+        ControlReply {
+            stdin: Some(mine),
+            ..reply
+        }
+    }
+
+    /// Writes what the input takes of `data` now: the bytes taken (0: it is not reading; the
+    /// caller retries), or the refusal.
+    fn take(&mut self, at: StdinState, data: &[u8]) -> Result<usize, ControlReply> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let Some(w) = self.stdin.as_ref().filter(|_| !at.closed) else {
+            return Err(refused(
+                ErrorCode::StdinUnavailable,
+                "stdin is closed".into(),
+                at,
+            ));
+        };
+        match nix::unistd::write(w, data) {
+            Ok(n) => {
+                self.stdin_taken.push(&data[..n]);
+                Ok(n)
+            }
+            Err(Errno::EAGAIN) => Ok(0),
+            Err(Errno::EPIPE) => {
+                self.close_stdin();
+                Err(refused(
+                    ErrorCode::StdinUnavailable,
+                    "the process closed its stdin".into(),
+                    self.rec.stdin.unwrap_or(at),
+                ))
+            }
+            Err(e) => Err(refused(
+                ErrorCode::StdinUnavailable,
+                format!("writing stdin: {e}"),
+                at,
+            )),
+        }
+    }
+
+    /// Stdin is at `at` after a write; EOF when `close` (only once everything sent is taken).
+    fn accepted(&mut self, at: StdinState, close: bool) -> ControlReply {
         let changed = self.rec.stdin != Some(at);
         self.rec.stdin = Some(at);
-        // EOF only once everything sent is taken.
-        if close && at.bytes == offset.saturating_add(data.len() as u64) {
+        if close {
             self.close_stdin();
         }
         // The count reaches the record within the flush period, as output counts do: a
@@ -174,6 +251,16 @@ impl Supervisor {
             self.mark_dirty();
         }
         ControlReply::with_stdin(self.rec.stdin.unwrap_or(at))
+    }
+
+    /// Names the writer of the last bytes taken when it is not `by`, for a refusal.
+    fn other_writer(&self, by: Option<&str>) -> String {
+        match self.last_by.as_deref() {
+            Some(last) if Some(last) != by => {
+                format!(" (its last bytes were written by {last:?}: another writer is attached)")
+            }
+            _ => String::new(),
+        }
     }
 
     /// EOF for the process; idempotent.

@@ -123,8 +123,22 @@ impl Supervisor {
         let mut r = BufReader::new(&conn);
         let reply = match r.read_line(&mut line) {
             Ok(_) => match serde_json::from_str::<Control>(&line) {
-                Ok(Control::StdinBytes { offset, len, close }) => match payload(&mut r, len) {
-                    Ok(bytes) => self.write_stdin(offset, &bytes, close),
+                Ok(Control::StdinBytes {
+                    offset,
+                    len,
+                    close,
+                    by,
+                }) => match payload(&mut r, len) {
+                    Ok(bytes) => self.write_stdin(offset, &bytes, close, by.as_deref()),
+                    Err(e) => ControlReply::of(Err(e)),
+                },
+                Ok(Control::TerminalBytes {
+                    writer,
+                    offset,
+                    len,
+                    close,
+                }) => match payload(&mut r, len) {
+                    Ok(bytes) => self.write_terminal(&writer, offset, &bytes, close),
                     Err(e) => ControlReply::of(Err(e)),
                 },
                 Ok(c) => self.apply(c),
@@ -149,7 +163,7 @@ impl Supervisor {
                 data,
                 close,
             } => match base64::engine::general_purpose::STANDARD.decode(data) {
-                Ok(bytes) => self.write_stdin(offset, &bytes, close),
+                Ok(bytes) => self.write_stdin(offset, &bytes, close, None),
                 Err(e) => ControlReply::of(Err(format!("stdin data: {e}"))),
             },
             Control::Resize { rows, cols } => {
@@ -159,9 +173,17 @@ impl Supervisor {
                 Some(at) => ControlReply::with_stdin(at),
                 None => ControlReply::of(Ok(())),
             },
-            // Read with its bytes by `handle_control`.
-            Control::StdinBytes { .. } => {
-                ControlReply::of(Err("stdinBytes without its bytes".into()))
+            Control::Screen => match self.screen_now() {
+                Ok(screen) => ControlReply {
+                    ok: true,
+                    screen: Some(screen),
+                    ..Default::default()
+                },
+                Err(e) => ControlReply::of(Err(e)),
+            },
+            // Read with their bytes by `handle_control`.
+            Control::StdinBytes { .. } | Control::TerminalBytes { .. } => {
+                ControlReply::of(Err("a write without its bytes".into()))
             }
         }
     }

@@ -11,11 +11,14 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use base64::Engine;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-use sandbox_api::wire::{ErrorCode, TerminalSize};
+use sandbox_api::wire::{ErrorCode, TerminalScreen, TerminalSize};
 
+use super::screen::Screen;
 use super::{Result, Supervisor};
+use crate::shared::ledger::encode_cursor;
 
 /// The socket the runtime connects to with the master; removed when dropped.
 pub(super) struct ConsoleSocket {
@@ -127,6 +130,7 @@ impl Supervisor {
         self.out = [Some(master.try_clone()?), None];
         self.stdin = Some(master.try_clone()?);
         self.tty = Some(master);
+        self.screen = Screen::new(size);
         Ok(true)
     }
 
@@ -136,6 +140,21 @@ impl Supervisor {
         let Some(master) = &self.tty else {
             return Err("the process has no terminal (spec.tty)".into());
         };
-        set_size(master, size).map_err(|e| format!("setting the terminal's size: {e}"))
+        set_size(master, size).map_err(|e| format!("setting the terminal's size: {e}"))?;
+        self.screen.resize(size);
+        Ok(())
+    }
+
+    /// What the terminal shows now, and the log cursor after the output it shows: everything
+    /// read from the terminal went to the ledger and the screen together, so the two agree.
+    pub(super) fn screen_now(&self) -> std::result::Result<TerminalScreen, String> {
+        if self.tty.is_none() {
+            return Err("the process has no terminal (spec.tty)".into());
+        }
+        Ok(TerminalScreen {
+            data: base64::engine::general_purpose::STANDARD.encode(self.screen.redraw()),
+            cursor: encode_cursor(self.id.as_str(), self.ledger.end_pos()),
+            kept: self.screen.kept(),
+        })
     }
 }

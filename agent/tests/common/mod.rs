@@ -432,11 +432,15 @@ impl Agent {
     /// Reads the log endpoint to its end; returns the events.
     /// `POST /v1/processes/{id}/stdin?offset=N[&close=true]` with `data`.
     pub async fn stdin(&self, id: &str, offset: u64, data: &[u8], close: bool) -> (u16, Value) {
+        self.stdin_as(id, offset, data, &format!("close={close}"))
+            .await
+    }
+
+    /// A stdin write with more of the query (`writer=W`, `by=U`, `close=true`).
+    pub async fn stdin_as(&self, id: &str, offset: u64, data: &[u8], query: &str) -> (u16, Value) {
         let r = self
             .client
-            .post(self.url(&format!(
-                "/v1/processes/{id}/stdin?offset={offset}&close={close}"
-            )))
+            .post(self.url(&format!("/v1/processes/{id}/stdin?offset={offset}&{query}")))
             .bearer_auth(TOKEN)
             .body(data.to_vec())
             .send()

@@ -8,6 +8,7 @@
 mod probe;
 mod start;
 mod stdin;
+pub use stdin::Who;
 mod stop;
 mod supervision;
 
