@@ -505,6 +505,11 @@ pub fn writer_id_ok(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// A writer id from 12 random bytes (24 hex digits): one per attach, minted by whoever starts it.
+pub fn writer_id_from(random: [u8; 12]) -> String {
+    random.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Longest writer label, in bytes.
 pub const MAX_WRITER_LABEL: usize = 256;
 
@@ -770,6 +775,8 @@ mod tests {
     #[test]
     fn writer_ids_and_labels() {
         assert!(writer_id_ok("a") && writer_id_ok("Ab-9_z") && writer_id_ok(&"x".repeat(64)));
+        let minted = writer_id_from([0xab; 12]);
+        assert!(writer_id_ok(&minted) && minted.len() == 24 && minted.starts_with("abab"));
         for bad in ["", "a b", "a/b", "é", "a\n", &"x".repeat(65)] {
             assert!(!writer_id_ok(bad), "{bad:?}");
         }

@@ -91,12 +91,13 @@ struct AttachArgs {
     #[arg(short = 'i', long)]
     stdin: bool,
     /// Join this terminal to the process's (created with -t, spec.tty): raw mode, window size
-    /// changes sent, its earlier output replayed first; the detach keys leave it running.
+    /// changes sent, its current screen drawn first (as tmux attach: the history stays in
+    /// `logs`); other attachers share it; the detach keys leave it running.
     #[arg(short = 't', long)]
     tty: bool,
     #[command(flatten)]
     detach: DetachArgs,
-    /// With -t: replay its output from after this cursor rather than from the beginning.
+    /// With -t: replay its output from after this cursor rather than drawing its screen.
     #[arg(long, value_name = "CURSOR", requires = "tty")]
     after: Option<String>,
     /// Without -t: send stdin as offset-numbered requests and follow the output, instead of the

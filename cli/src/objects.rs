@@ -103,8 +103,8 @@ async fn follow_to_exit(p: &Process) -> Result<u8, CliError> {
     Ok(exit_status(p.wait(None).await?))
 }
 
-/// `attach -t`: this terminal joined to a `tty` process's, after its earlier output (from
-/// `after`, or the beginning) is replayed.
+/// `attach -t`: this terminal joined to a `tty` process's, from its current screen (or its
+/// output after `after`, replayed).
 pub struct AttachTty {
     pub keys: crate::terminal::DetachKeys,
     pub after: Option<String>,

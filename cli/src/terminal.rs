@@ -148,7 +148,7 @@ pub enum Ended {
 }
 
 /// Joins this terminal to `p` (started, with `spec.tty`) over one streaming attach: its output
-/// from `after` (None: from the beginning) until it ends or the user detaches.
+/// from `after` (None: its current screen, then on) until it ends or the user detaches.
 pub async fn session(
     p: &Process,
     keys: DetachKeys,

@@ -24,6 +24,21 @@ pub(crate) async fn state(client: &Client, url: &str) -> Result<StdinState> {
     Ok(client.request(req).await?)
 }
 
+/// A shared terminal's writer's own count: an empty write at `at` (where its unacknowledged
+/// bytes start, so at or behind its count) takes nothing and answers it.
+pub(crate) async fn state_of(
+    client: &Client,
+    url: &str,
+    writer: &str,
+    at: u64,
+) -> Result<StdinState> {
+    let req = http::Request::post(format!("{url}?offset={at}&writer={writer}"))
+        .header("content-type", "application/octet-stream")
+        .body(Vec::new())
+        .expect("static request parts");
+    Ok(client.request(req).await?)
+}
+
 async fn write(
     client: &Client,
     url: &str,

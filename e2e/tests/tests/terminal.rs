@@ -261,3 +261,130 @@ async fn sigterm_in_a_session_restores_the_terminal() {
     })
     .await;
 }
+
+/// Two people attached to one terminal, as two tmux clients of one session: each sees the
+/// other's typing and its output, keys from both reach the shell in the order they arrive, and
+/// neither is thrown out by the other (issue 47: the second was, with `StdinConflict`).
+#[tokio::test]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+async fn two_attachers_share_one_terminal() {
+    with_ns("terminal-shared", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let plugin = PathBuf::from(env("SPO_PLUGIN"));
+        let ns = &t.name;
+        let one = Tmux::start(&format!("{ns}-1"), &plugin, 24, 80).await?;
+        let two = Tmux::start(&format!("{ns}-2"), &plugin, 24, 80).await?;
+        one.line(&format!(
+            "kubectl sandbox -n {ns} run -it work --name shared -e 'PS1=inner# ' -- sh"
+        ))
+        .await?;
+        one.until(r"^inner# ", 60).await?;
+        two.line(&format!("kubectl sandbox -n {ns} attach -it shared"))
+            .await?;
+        two.until(r"^inner# ", 30).await?;
+        // Turn by turn, then both at once: every line is answered on both screens.
+        one.line("echo one-$((1+1))").await?;
+        two.until(r"^one-2$", 20).await?;
+        two.line("echo two-$((2+2))").await?;
+        one.until(r"^two-4$", 20).await?;
+        // One line typed by both: each key is on the screen before the other types on.
+        for i in 0..5 {
+            one.tmux(&["send-keys", "-t", "t", "-l", "echo x"]).await?;
+            two.until(r"^inner# echo x\s*$", 20).await?;
+            two.tmux(&["send-keys", "-t", "t", "-l", &format!("{i}")])
+                .await?;
+            one.until(&format!(r"^inner# echo x{i}\s*$"), 20).await?;
+            one.tmux(&["send-keys", "-t", "t", "Enter"]).await?;
+            one.until(&format!("^x{i}$"), 20).await?;
+        }
+        two.until(r"^x4$", 20).await?;
+        // A `cat` reads what either types, in order; both still attached.
+        one.line("cat").await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        two.line("typed-by-two").await?;
+        one.until(r"^typed-by-two\n+typed-by-two$", 20).await?;
+        one.line("typed-by-one").await?;
+        two.until(r"^typed-by-one\n+typed-by-one$", 20).await?;
+        one.tmux(&["send-keys", "-t", "t", "C-d"]).await?;
+        one.until(r"^inner#\s*$", 20).await?;
+        for (tm, who) in [(&one, "one"), (&two, "two")] {
+            let s = tm.screen().await?;
+            ensure!(
+                !s.contains("StdinConflict") && !regex_lite::Regex::new(PROMPT)?.is_match(&s),
+                "{who} was thrown out:\n{s}"
+            );
+        }
+        // Either one ends it: both plugins exit with its code.
+        two.line("exit 5").await?;
+        for tm in [&one, &two] {
+            tm.until(PROMPT, 30).await?;
+            tm.line("echo rc=$?").await?;
+            tm.until(r"^rc=5$", 10).await?;
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// Re-attaching to a terminal that printed 30 MB shows its current screen at once (not after
+/// replaying the history: 16.7 s before), and no query printed long ago is answered by the new
+/// attacher's terminal into the process's input (tmux answers `ESC[6n` and `ESC[c`).
+#[tokio::test]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+async fn reattach_shows_the_current_screen_and_replays_no_query() {
+    with_ns("terminal-screen", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let plugin = PathBuf::from(env("SPO_PLUGIN"));
+        let ns = &t.name;
+        let tm = Tmux::start(ns, &plugin, 24, 80).await?;
+        tm.line(&format!(
+            "kubectl sandbox -n {ns} run -it work --name big -e 'PS1=inner# ' -- sh"
+        ))
+        .await?;
+        tm.until(r"^inner# ", 60).await?;
+        // Detached while it prints: 30 MB, then three queries, then a mark and the prompt.
+        tm.line(
+            "sleep 2; seq 1 3900000; printf '\\033[c\\033[6n\\033[5n'; echo; echo printed-$((40+2))",
+        )
+        .await?;
+        tm.tmux(&["send-keys", "-t", "t", "C-p", "C-q"]).await?;
+        tm.until(PROMPT, 20).await?;
+        let p = t.sandbox.process("big");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let o = t.sbps().get("big").await?;
+            let printed: u64 = field(&o, "/status/output/stdoutBytes").parse().unwrap_or(0);
+            let tail = field(&o, "/status/output/tail");
+            if printed > 30_000_000 && tail.contains("printed-42") {
+                break;
+            }
+            ensure!(Instant::now() < deadline, "never printed 30 MB: {printed}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let before = p.stdin_state().await?.bytes;
+        tm.line("clear").await?;
+        tm.tmux(&["clear-history", "-t", "t"]).await?;
+        let began = Instant::now();
+        tm.line(&format!("kubectl sandbox -n {ns} attach -it big"))
+            .await?;
+        tm.until(r"^printed-42\n+inner#\s*$", 10).await?;
+        let took = began.elapsed();
+        // The screen, not the history: a screenful (tmux keeps 2,000 lines of a replay).
+        let s = tm.screen().await?;
+        let lines = s.lines().count();
+        ensure!(lines <= 30, "the history was replayed ({lines} lines):\n{s}");
+        ensure!(s.contains("3899999\n3900000"), "not the last screen:\n{s}");
+        // Nothing answered the old queries.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = p.stdin_state().await?.bytes;
+        ensure!(after == before, "stdin took {} bytes on attach", after - before);
+        tm.line("echo typed-on").await?;
+        tm.until(r"^typed-on$", 20).await?;
+        tm.line("exit 4").await?;
+        tm.until(PROMPT, 30).await?;
+        println!("note: re-attach to a terminal that printed 30 MB showed its screen in {took:?}, from typing the command");
+        ensure!(took < Duration::from_secs(3), "re-attach took {took:?}");
+        Ok(())
+    })
+    .await;
+}

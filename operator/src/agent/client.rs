@@ -10,8 +10,8 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use sandbox_api::validate::Valid;
 use sandbox_api::wire::{
-    ApiError, ErrorCode, LogQuery, ProcessRecord, SignalRequest, StartRequest, StdinState,
-    TerminalSize,
+    writer_label, ApiError, ErrorCode, LogQuery, ProcessRecord, SignalRequest, StartRequest,
+    StdinState, StdinWriter, TerminalScreen, TerminalSize,
 };
 
 /// Longest wait for an answer to begin: connection, TLS handshake and the response's head (a
@@ -368,17 +368,40 @@ impl AgentClient {
         offset: u64,
         data: axum::body::Bytes,
         close: bool,
+        who: &StdinWriter,
     ) -> Result<StdinState, AgentError> {
+        let mut query = vec![
+            ("offset", offset.to_string()),
+            ("close", close.to_string()),
+            ("by", writer_label(&who.by)),
+        ];
+        // A writer of its own only on a shared terminal (see `StdinWriter`).
+        if !who.id.is_empty() {
+            query.push(("writer", who.id.clone()));
+        }
         let r = self
             .http(url)?
             .post(format!("{url}/v1/processes/{id}/stdin"))
-            .query(&[("offset", offset.to_string()), ("close", close.to_string())])
+            .query(&query)
             .timeout(Duration::from_secs(10))
             .body(data);
         let resp = self.send(url, r).await?;
         resp.json().await.map_err(|e| AgentError::Unreachable {
             url: url.into(),
             message: format!("decoding the stdin state: {e}"),
+        })
+    }
+
+    /// What the process's terminal shows now, and the log cursor after it.
+    pub async fn screen(&self, url: &str, id: &str) -> Result<TerminalScreen, AgentError> {
+        let r = self
+            .http(url)?
+            .get(format!("{url}/v1/processes/{id}/screen"))
+            .timeout(Duration::from_secs(10));
+        let resp = self.send(url, r).await?;
+        resp.json().await.map_err(|e| AgentError::Unreachable {
+            url: url.into(),
+            message: format!("decoding the screen: {e}"),
         })
     }
 

@@ -16,7 +16,7 @@ use axum::response::Response;
 use axum::Extension;
 use sandbox_api::channel::PROTOCOLS;
 use sandbox_api::cursor::Cursor;
-use sandbox_api::wire::MAX_STDIN_WRITE;
+use sandbox_api::wire::{writer_id_ok, writer_label, MAX_STDIN_WRITE, MAX_WRITER_ID};
 use serde::Deserialize;
 
 use super::authorization::{authorized_process, caller, Needs};
@@ -42,6 +42,9 @@ pub struct AttachParams {
     tty: Option<String>,
     since: Option<String>,
     stdin_offset: Option<String>,
+    /// A shared terminal's writer, kept by a client across its reconnects (`tty`): its stdin
+    /// offsets count its own bytes. Without it, each connection is a writer of its own.
+    writer: Option<String>,
     /// Sent by pod-minded clients; a process has one container.
     container: Option<String>,
 }
@@ -62,10 +65,20 @@ impl AttachParams {
         // Pod-minded clients name a container; a process has exactly one.
         drop(self.container);
         let since = match self.since.as_deref().filter(|s| !s.is_empty()) {
-            None => Cursor::default(),
-            Some(s) => {
-                Cursor::parse(s).map_err(|e| SubresourceError::BadRequest(format!("since: {e}")))?
+            None => None,
+            Some(s) => Some(
+                Cursor::parse(s)
+                    .map_err(|e| SubresourceError::BadRequest(format!("since: {e}")))?,
+            ),
+        };
+        let writer = match self.writer.filter(|w| !w.is_empty()) {
+            Some(w) if !writer_id_ok(&w) => {
+                return Err(SubresourceError::BadRequest(format!(
+                    "writer: {:?} is not 1-{MAX_WRITER_ID} of A-Z a-z 0-9 - _",
+                    writer_label(&w)
+                )))
             }
+            w => w,
         };
         let stdin_offset = match self.stdin_offset.as_deref() {
             None => None,
@@ -84,6 +97,7 @@ impl AttachParams {
                 .transpose()?,
             since,
             stdin_offset,
+            writer,
         })
     }
 }
@@ -133,13 +147,14 @@ pub async fn attach(
             "TerminalUnavailable: sandboxprocess \"{name}\" runs without a terminal (spec.tty)"
         )));
     }
-    let s = session::Session {
-        agents: server.agents.client.clone(),
+    let s = session::Session::new(
+        server.agents.client.clone(),
         at,
         name,
         opts,
-        v5: proto == sandbox_api::channel::V5,
-    };
+        user.username,
+        proto == sandbox_api::channel::V5,
+    )?;
     Ok(upgrade
         .protocols([proto])
         .max_message_size(MAX_STDIN_WRITE + 1)
@@ -161,8 +176,13 @@ mod tests {
         .options()
         .unwrap();
         assert!(o.stdin && o.stdout && o.stderr && o.tty.is_none());
-        assert_eq!(o.since.skip, 12);
+        assert_eq!(o.since.map(|c| c.skip), Some(12));
         assert_eq!(o.stdin_offset, Some(42));
+        let o = AttachParams {
+            writer: Some("w-1".into()),
+            ..Default::default()
+        };
+        assert_eq!(o.options().unwrap().writer.as_deref(), Some("w-1"));
         for (p, field) in [
             (
                 AttachParams {
@@ -184,6 +204,13 @@ mod tests {
                     ..Default::default()
                 },
                 "stdinOffset:",
+            ),
+            (
+                AttachParams {
+                    writer: Some("a b".into()),
+                    ..Default::default()
+                },
+                "writer:",
             ),
         ] {
             let e = p.options().unwrap_err().to_string();

@@ -6,7 +6,9 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::{Extension, Json};
-use sandbox_api::wire::{StdinState, MAX_STDIN_WRITE};
+use sandbox_api::wire::{
+    writer_id_ok, writer_label, StdinState, StdinWriter, MAX_STDIN_WRITE, MAX_WRITER_ID,
+};
 use serde::Deserialize;
 
 use super::authorization::{authorized_process, caller, Needs};
@@ -31,10 +33,19 @@ const WRITE_NEEDS: Needs = Needs {
 pub struct StdinParams {
     offset: Option<String>,
     close: Option<String>,
+    /// A shared terminal's writer (`tty` processes): `offset` counts its own bytes.
+    writer: Option<String>,
 }
 
 impl StdinParams {
-    fn parse(self) -> Result<(u64, bool)> {
+    fn parse(self) -> Result<(u64, bool, String)> {
+        let writer = self.writer.unwrap_or_default();
+        if !writer.is_empty() && !writer_id_ok(&writer) {
+            return Err(SubresourceError::BadRequest(format!(
+                "writer: {:?} is not 1-{MAX_WRITER_ID} of A-Z a-z 0-9 - _",
+                writer_label(&writer)
+            )));
+        }
         let offset = self.offset.as_deref().ok_or_else(|| {
             SubresourceError::BadRequest(
                 "offset: required (the bytes of stdin already sent; GET this subresource for it)"
@@ -53,7 +64,7 @@ impl StdinParams {
                 )))
             }
         };
-        Ok((offset, close))
+        Ok((offset, close, writer))
     }
 }
 
@@ -75,12 +86,22 @@ pub async fn stdin(
             e.body_text()
         ))
     })?;
-    let (offset, close) = p.parse()?;
+    let (offset, close, writer) = p.parse()?;
     let at = authorized_process(&server, &user, &namespace, &name, WRITE_NEEDS).await?;
+    if !writer.is_empty() && !at.tty {
+        return Err(SubresourceError::Conflict(format!(
+            "TerminalUnavailable: sandboxprocess \"{name}\" runs without a terminal (spec.tty): \
+             writer is for a shared terminal"
+        )));
+    }
+    let who = StdinWriter {
+        id: writer,
+        by: user.username,
+    };
     let state = server
         .agents
         .client
-        .stdin(&at.agent, &at.exec_id, offset, body, close)
+        .stdin(&at.agent, &at.exec_id, offset, body, close, &who)
         .await
         .map_err(|e| agent_error(e, &name))?;
     Ok(Json(state))
@@ -119,19 +140,26 @@ mod tests {
 
     #[test]
     fn stdin_parameters() {
-        let p = |o: Option<&str>, c: Option<&str>| {
+        let pw = |o: Option<&str>, c: Option<&str>, w: Option<&str>| {
             StdinParams {
                 offset: o.map(String::from),
                 close: c.map(String::from),
+                writer: w.map(String::from),
             }
             .parse()
         };
-        assert_eq!(p(Some("0"), None).unwrap(), (0, false));
-        assert_eq!(p(Some("42"), Some("true")).unwrap(), (42, true));
+        let p = |o, c| pw(o, c, None);
+        assert_eq!(p(Some("0"), None).unwrap(), (0, false, String::new()));
+        assert_eq!(
+            p(Some("42"), Some("true")).unwrap(),
+            (42, true, String::new())
+        );
+        assert_eq!(pw(Some("1"), None, Some("w-1")).unwrap().2, "w-1");
         for bad in [
             p(None, None),
             p(Some("-1"), None),
             p(Some("1"), Some("yes")),
+            pw(Some("1"), None, Some("a/b")),
         ] {
             assert!(
                 matches!(bad, Err(SubresourceError::BadRequest(_))),

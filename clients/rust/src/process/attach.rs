@@ -20,10 +20,14 @@ use crate::error::{Error, Result};
 pub struct AttachOptions {
     /// Write stdin (the process needs `stdin` or `tty`).
     pub stdin: bool,
-    /// Output after this cursor (`None`: from the beginning of what is kept).
+    /// Output after this cursor (`None`: from the beginning of what is kept; on a terminal,
+    /// from what its screen shows now: one redraw, then what follows, and the same redraw
+    /// again after a reconnect, as tmux redraws a client that attaches).
     pub since: Option<String>,
     /// The offset of the first stdin byte sent (`None`: stdin's current end). Given, a writer
-    /// that is not alone is refused instead of interleaved.
+    /// that is not alone is refused instead of interleaved. On a terminal, the offset counts
+    /// this attach's own bytes (`None`: 0): a terminal is shared, each attacher's keys reach it
+    /// in the order they arrive, and none refuses another.
     pub stdin_offset: Option<u64>,
 }
 
@@ -69,13 +73,25 @@ impl Process {
         self.ensure_started("attach", self.start_timeout).await?;
         let (tx, cmds) = mpsc::channel(64);
         let (events, rx) = mpsc::channel(64);
-        let base = match (o.stdin, o.stdin_offset) {
-            (true, None) => Some(self.stdin_state().await?.bytes),
-            (true, Some(n)) => Some(n),
-            (false, _) => None,
+        let tty = self.object().await?.spec.tty;
+        // A terminal's writer: its own offsets, kept across this attach's reconnects.
+        let writer = match tty && o.stdin {
+            true => Some(new_writer()?),
+            false => None,
         };
-        let first = link::Link::open(self, o.since.as_deref(), base).await?;
-        let task = link::Task::new(self.clone(), o.since.clone(), base);
+        let base = match (o.stdin, o.stdin_offset, &writer) {
+            (true, None, Some(_)) => Some(0),
+            (true, None, None) => Some(self.stdin_state().await?.bytes),
+            (true, Some(n), _) => Some(n),
+            (false, _, _) => None,
+        };
+        let at = link::At {
+            since: o.since.clone(),
+            screen: tty && o.since.is_none(),
+            writer,
+        };
+        let first = link::Link::open(self, &at, 0, base).await?;
+        let task = link::Task::new(self.clone(), at, base);
         tokio::spawn(task.run(first, cmds, events));
         let out = AttachOutput {
             rx,
@@ -84,6 +100,13 @@ impl Process {
         };
         Ok((AttachInput { tx }, out))
     }
+}
+
+/// A writer id for this attach (its stdin offsets on a shared terminal are its own).
+fn new_writer() -> Result<String> {
+    let mut raw = [0u8; 12];
+    getrandom::fill(&mut raw).map_err(|e| Error::Transport(format!("a writer id: {e}")))?;
+    Ok(sandbox_api::wire::writer_id_from(raw))
 }
 
 fn gone() -> Error {

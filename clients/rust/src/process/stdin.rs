@@ -12,6 +12,12 @@ impl Process {
         crate::stdin::state(&self.client, &self.url("stdin")).await
     }
 
+    /// Where `writer` is on the process's shared terminal: the bytes of its own taken (asked
+    /// with an empty write at `at`, which takes nothing and names the count).
+    pub(crate) async fn stdin_state_of(&self, writer: &str, at: u64) -> Result<StdinState> {
+        crate::stdin::state_of(&self.client, &self.url("stdin"), writer, at).await
+    }
+
     /// Appends `data` to its stdin, exactly once (a lost reply is retried by offset), waiting
     /// while the process does not read; the offset after it. Needs `spec.stdin`.
     pub async fn send_stdin(&self, data: &[u8]) -> Result<u64> {

@@ -13,13 +13,14 @@ use futures::{SinkExt, StreamExt};
 use sandbox_api::channel::{exit_status, failure, Frame, STDIN};
 use sandbox_api::cursor::Cursor;
 use sandbox_api::wire::{
-    log_line_is_keepalive, ErrorCode, LogEvent, LogQuery, LogStream, ProcessRecord, StdinState,
-    LOG_KEEPALIVE, MAX_STDIN_WRITE,
+    log_line_is_keepalive, writer_id_from, ErrorCode, LogEvent, LogQuery, LogStream, ProcessRecord,
+    StdinState, StdinWriter, LOG_KEEPALIVE, MAX_STDIN_WRITE,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::{debug, info};
 
+use super::super::error::SubresourceError;
 use super::super::locate::Located;
 use super::super::relay;
 use crate::agent::{AgentClient, AgentError};
@@ -31,16 +32,52 @@ pub struct Options {
     pub stderr: bool,
     /// What the client asked (`None`: whatever the process has).
     pub tty: Option<bool>,
-    pub since: Cursor,
+    /// Output after this cursor; `None`: a terminal's current screen, else all that is kept.
+    pub since: Option<Cursor>,
     pub stdin_offset: Option<u64>,
+    /// A shared terminal's writer the client keeps across reconnects.
+    pub writer: Option<String>,
 }
 
 pub struct Session {
-    pub agents: AgentClient,
-    pub at: Located,
-    pub name: String,
-    pub opts: Options,
-    pub v5: bool,
+    agents: AgentClient,
+    at: Located,
+    name: String,
+    opts: Options,
+    v5: bool,
+    /// Who writes stdin: on a terminal, a writer of its own (offsets count its bytes, so
+    /// attachers share the terminal); the requester, named when another writer collides.
+    who: StdinWriter,
+}
+
+impl Session {
+    pub fn new(
+        agents: AgentClient,
+        at: Located,
+        name: String,
+        opts: Options,
+        user: String,
+        v5: bool,
+    ) -> Result<Session, SubresourceError> {
+        let id = match (&opts.writer, at.tty) {
+            (_, false) => String::new(),
+            (Some(w), true) => w.clone(),
+            (None, true) => {
+                let mut raw = [0u8; 12];
+                getrandom::fill(&mut raw)
+                    .map_err(|e| SubresourceError::Internal(format!("attach: a writer id: {e}")))?;
+                writer_id_from(raw)
+            }
+        };
+        Ok(Session {
+            agents,
+            at,
+            name,
+            opts,
+            v5,
+            who: StdinWriter { id, by: user },
+        })
+    }
 }
 
 /// Why a session ended before the process did: the final status says it.
@@ -99,8 +136,16 @@ async fn output(s: &Session, tx: &Out) -> Option<Ended> {
         (false, true) => LogStream::Stderr,
         (false, false) => return std::future::pending().await,
     };
+    let since = match &s.opts.since {
+        Some(c) => c.clone(),
+        None if s.at.tty => match screen(s, tx).await {
+            Ok(c) => c,
+            Err(()) => return None,
+        },
+        None => Cursor::default(),
+    };
     let query = LogQuery {
-        since: s.opts.since.agent.clone(),
+        since: since.agent.clone(),
         follow: true,
         stream: Some(stream),
         ..Default::default()
@@ -111,7 +156,7 @@ async fn output(s: &Session, tx: &Out) -> Option<Ended> {
         Err(e) => return Some(agent_failure(e)),
     };
     let mut lines = relay::lines(s.agents.clone(), url.clone(), id.clone(), query, first);
-    let mut skip = s.opts.since.skip;
+    let mut skip = since.skip;
     while let Some(line) = lines.recv().await {
         let line = match line {
             Ok(_) if tx.is_closed() => return None,
@@ -175,6 +220,30 @@ async fn output(s: &Session, tx: &Out) -> Option<Ended> {
     )))
 }
 
+/// A terminal attached without a cursor starts from what it shows now (one redraw, no query
+/// from its history), then its output after that: the cursor to follow from. A process whose
+/// supervisor keeps no screen (older, or ended) is attached from the beginning, as before.
+/// `Err`: the client went away.
+async fn screen(s: &Session, tx: &Out) -> Result<Cursor, ()> {
+    let shot = match s.agents.screen(&s.at.agent, &s.at.exec_id).await {
+        Ok(shot) => shot,
+        Err(e) => {
+            debug!(name = %s.name, error = %e, "attach: no screen; from the beginning");
+            return Ok(Cursor::default());
+        }
+    };
+    let redraw = base64::engine::general_purpose::STANDARD
+        .decode(&shot.data)
+        .unwrap_or_default();
+    if !redraw.is_empty() {
+        let frame = Frame::Stdout(&redraw).encode();
+        tx.send(Message::Binary(frame.into()))
+            .await
+            .map_err(|_| ())?;
+    }
+    Ok(Cursor::of_agent(shot.cursor))
+}
+
 /// The exit code as kubectl reads it, or why there is none.
 fn end_status(r: &ProcessRecord) -> Value {
     match (&r.exit, &r.error) {
@@ -194,10 +263,12 @@ type Inflight<'a> = futures::future::BoxFuture<'a, (Stdin<'a>, Result<(), Ended>
 /// gathered (up to one write's size: the pipe's back-pressure reaches the client past that) and
 /// go as the next write, so a fast writer pays one round trip per batch and never waits idle.
 async fn input(s: &Session, mut stream: SplitStream<WebSocket>) -> Option<Ended> {
-    let mut idle = Some(Stdin {
-        s,
-        offset: s.opts.stdin_offset,
-    });
+    // A terminal's writer starts at its own 0 (or where its client says it is).
+    let offset = match s.at.tty {
+        true => Some(s.opts.stdin_offset.unwrap_or(0)),
+        false => s.opts.stdin_offset,
+    };
+    let mut idle = Some(Stdin { s, offset });
     let mut inflight: Option<Inflight<'_>> = None;
     // `close`: the client ended stdin (bytes after it are dropped); `eof_sent`: the agent has it.
     let (mut pending, mut close, mut eof_sent, mut gone) = (Vec::new(), false, false, false);
@@ -320,7 +391,14 @@ impl Stdin<'_> {
             let r = self
                 .s
                 .agents
-                .stdin(&self.s.at.agent, &self.s.at.exec_id, at, body, close)
+                .stdin(
+                    &self.s.at.agent,
+                    &self.s.at.exec_id,
+                    at,
+                    body,
+                    close,
+                    &self.s.who,
+                )
                 .await;
             match r {
                 Ok(st) if st.bytes >= end => {
@@ -342,6 +420,14 @@ impl Stdin<'_> {
                     // Ended or closed: the output's end says how; input after it is moot.
                     self.offset = Some(end);
                     return Ok(());
+                }
+                // A terminal writer's offsets are its own: nobody else moves them.
+                Err(AgentError::Api { error, .. })
+                    if error.code == ErrorCode::StdinOffsetMismatch
+                        && !self.s.who.id.is_empty() =>
+                {
+                    let m = format!("{}: {}", error.code, error.message);
+                    return Err(Ended(failure("Conflict", &m)));
                 }
                 Err(e) if e.api_code() == Some(ErrorCode::StdinOffsetMismatch) => {
                     at = self.overlap(data, start, at).await?;
@@ -370,7 +456,12 @@ impl Stdin<'_> {
         }
         let part = Bytes::copy_from_slice(&data[(at - start) as usize..(upto - start) as usize]);
         let (url, id) = (&self.s.at.agent, &self.s.at.exec_id);
-        match self.s.agents.stdin(url, id, at, part, false).await {
+        match self
+            .s
+            .agents
+            .stdin(url, id, at, part, false, &self.s.who)
+            .await
+        {
             Ok(_) => Ok(upto),
             Err(AgentError::Api { error, .. }) => {
                 let m = format!("{}: {}", error.code, error.message);

@@ -33,6 +33,16 @@ pub fn cursor_after(since: Option<&str>, n: u64) -> String {
     base.plus(n).render()
 }
 
+/// Where an attach reads from and who it writes as, for each of its connections.
+pub struct At {
+    /// The cursor it started after (`None`: the beginning, or a terminal's screen).
+    pub since: Option<String>,
+    /// A terminal attached from its screen: each connection starts with a redraw.
+    pub screen: bool,
+    /// A shared terminal's writer (stdin offsets are its own).
+    pub writer: Option<String>,
+}
+
 /// One WebSocket.
 pub struct Link {
     sink: WsSink,
@@ -40,14 +50,20 @@ pub struct Link {
 }
 
 impl Link {
-    /// Attaches from output cursor `since` and (with stdin) stdin offset `stdin`.
-    pub async fn open(p: &Process, since: Option<&str>, stdin: Option<u64>) -> Result<Link> {
+    /// Attaches `received` output bytes after where `at` started (a terminal's screen: a
+    /// redraw) and (with stdin) from stdin offset `stdin`.
+    pub async fn open(p: &Process, at: &At, received: u64, stdin: Option<u64>) -> Result<Link> {
         let mut q = format!("stdin={}&stdout=true&stderr=true", stdin.is_some());
+        let since = (!at.screen && (at.since.is_some() || received > 0))
+            .then(|| cursor_after(at.since.as_deref(), received));
         if let Some(c) = since.filter(|c| !c.is_empty()) {
-            q.push_str(&format!("&since={}", logs::encode(c)));
+            q.push_str(&format!("&since={}", logs::encode(&c)));
         }
         if let Some(n) = stdin {
             q.push_str(&format!("&stdinOffset={n}"));
+        }
+        if let (Some(w), Some(_)) = (&at.writer, stdin) {
+            q.push_str(&format!("&writer={w}"));
         }
         let req = http::Request::get(format!("{}?{q}", p.url("attach")))
             .body(Vec::new())
@@ -106,7 +122,7 @@ fn hear(m: Option<std::result::Result<Message, WsError>>) -> Heard {
 /// The task between the two halves and the connection.
 pub struct Task {
     p: Process,
-    since: Option<String>,
+    at: At,
     /// Output bytes passed on.
     received: u64,
     /// With stdin: the offset of `unacked[0]`.
@@ -119,10 +135,10 @@ pub struct Task {
 }
 
 impl Task {
-    pub fn new(p: Process, since: Option<String>, base: Option<u64>) -> Task {
+    pub fn new(p: Process, at: At, base: Option<u64>) -> Task {
         Task {
             p,
-            since,
+            at,
             received: 0,
             base,
             unacked: Vec::new(),
@@ -236,15 +252,22 @@ impl Task {
         if self.base.is_none() {
             return;
         }
-        if let Ok(st) = self.p.stdin_state().await {
+        if let Ok(st) = self.ask().await {
             self.taken(st.bytes);
         }
     }
 
-    /// Where stdin is, as a future that holds nothing of the task.
+    /// Where stdin is (this writer's own count on a shared terminal), as a future that holds
+    /// nothing of the task.
     fn ask(&self) -> futures::future::BoxFuture<'static, Result<StdinState>> {
         let p = self.p.clone();
-        Box::pin(async move { p.stdin_state().await })
+        match (&self.at.writer, self.base) {
+            (Some(w), Some(base)) => {
+                let w = w.clone();
+                Box::pin(async move { p.stdin_state_of(&w, base).await })
+            }
+            _ => Box::pin(async move { p.stdin_state().await }),
+        }
     }
 
     /// Stdin has taken `bytes` in all: what is below that is no longer kept.
@@ -281,8 +304,7 @@ impl Task {
             if self.base.is_some() {
                 self.trim().await;
             }
-            let since = cursor_after(self.since.as_deref(), self.received);
-            match Link::open(&self.p, Some(&since), self.base).await {
+            match Link::open(&self.p, &self.at, self.received, self.base).await {
                 Ok(mut l) => {
                     let mut resent = true;
                     for chunk in self.unacked.chunks(MAX_STDIN_WRITE) {
