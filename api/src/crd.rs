@@ -425,11 +425,13 @@ impl PodSelector {
     {"rule": "!has(self.valueFrom) || self.value == ''", "message": "env value and valueFrom are exclusive"}
 ]))]
 pub struct EnvVar {
-    /// Variable name: 1–256 characters, no `=` and no NUL; unique within `env`.
+    /// Variable name: 1–256 characters, no `=` and no control character (a newline, a tab, NUL:
+    /// a Pod refuses them too); unique within `env`.
     #[schemars(length(min = 1, max = 256))]
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "!self.contains('=')", "message": "env name must not contain '='"},
-        {"rule": "!self.contains('\\u0000')", "message": "env name must not contain a NUL character"}
+        {"rule": "!self.contains('\\u0000')", "message": "env name must not contain a NUL character"},
+        {"rule": "!self.matches('\\\\p{Cc}')", "message": "env name must not contain a control character"}
     ]))]
     pub name: String,
     /// Value, verbatim (no `$(VAR)` expansion): up to 32768 characters, no NUL. Default "".

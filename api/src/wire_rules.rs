@@ -251,6 +251,8 @@ pub(crate) fn env<'a>(vars: impl Iterator<Item = (&'a str, &'a str)>) -> Result<
             "must not contain '='"
         } else if name.contains('\0') {
             "must not contain a NUL character"
+        } else if name.chars().any(char::is_control) {
+            "must not contain a control character"
         } else if !seen.insert(name) {
             "duplicate name"
         } else {

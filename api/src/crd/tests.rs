@@ -169,6 +169,16 @@ const CASES: &[(&str, &str, Option<&str>)] = &[
         Some("env name must not contain a NUL character"),
     ),
     (
+        "podName: web\ncommand: [x]\nenv: [{name: \"A\\nB\", value: y}]\n",
+        "env[0].name",
+        Some("env name must not contain a control character"),
+    ),
+    (
+        "podName: web\ncommand: [x]\nenv: [{name: \"A\\u0085\\tB\", value: y}]\n",
+        "env[0].name",
+        Some("env name must not contain a control character"),
+    ),
+    (
         "podName: web\ncommand: [x]\nenv: [{name: A, value: \"x\\0y\"}]\n",
         "env[0].value",
         Some("env value must not contain a NUL character"),
