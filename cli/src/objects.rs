@@ -62,10 +62,20 @@ pub async fn run(sb: &Sandbox, r: Run) -> Result<u8, CliError> {
         }
         return Ok(0);
     }
+    // A start by name is idempotent (the same spec is the same process): say so when it was
+    // there already, rather than "created" twice for one process.
+    let existed = match r.start.given_id() {
+        Some(id) => sb.process(id).object().await.is_ok(),
+        None => false,
+    };
     let p = sb.start(r.start).await.map_err(|e| flag(e, "run"))?;
     if !r.wait {
         match r.output.as_deref() {
             Some(f) => print_object(&p.object().await?, f)?,
+            None if existed => println!(
+                "{} already exists with this spec: the same process, not started again",
+                kind_name(p.name())
+            ),
             None => println!("{} created", kind_name(p.name())),
         }
         return Ok(0);

@@ -180,6 +180,11 @@ impl Start {
         self
     }
 
+    /// The id given ([`Start::id`]), if any: the name a start of it again reaches.
+    pub fn given_id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
     /// The object's name: the id, or a fresh `<pod>-<5 random characters>` each call (like
     /// `generateName`; [`crate::Sandbox::start`] picks one and keeps it for its retries).
     pub fn name(&self) -> Result<String> {

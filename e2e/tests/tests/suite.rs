@@ -1459,3 +1459,43 @@ async fn helm_test_runs_one_sandbox_process_end_to_end() {
     })
     .await;
 }
+
+/// `run --name` twice with the same spec is one process: the second says it already exists
+/// (issue 47: it printed `created` twice); another spec under that name is refused.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn plugin_run_by_name_twice_says_it_already_exists() {
+    with_ns("suite-idem", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let ns = t.name.clone();
+        let run = |cmd: &'static str| {
+            let ns = ns.clone();
+            async move {
+                cmd::kubectl_sandbox(&[
+                    "-n", &ns, "run", "--name", "idem", "work", "--", "sleep", cmd,
+                ])
+                .await
+            }
+        };
+        let first = run("30").await?;
+        ensure!(first.success(), "{}{}", first.stderr, first.stdout);
+        assert_eq!(first.stdout, "sandboxprocess.sandbox.dev/idem created\n");
+        let again = run("30").await?;
+        ensure!(again.success(), "{}{}", again.stderr, again.stdout);
+        ensure!(
+            again.stdout.contains("sandboxprocess.sandbox.dev/idem already exists"),
+            "{}",
+            again.stdout
+        );
+        let other = run("31").await?;
+        ensure!(
+            !other.success(),
+            "another spec, same name: {}",
+            other.stdout
+        );
+        let n = t.sbps().list(&ListParams::default()).await?.items.len();
+        assert_eq!(n, 1, "one object");
+        Ok(())
+    })
+    .await;
+}
