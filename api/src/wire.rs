@@ -552,6 +552,8 @@ pub const MAX_SCREEN_CELLS: u32 = 32_768;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessRecord {
+    /// Empty only in a record shown to a tenant ([`ProcessRecord::withhold_node`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub exec_id: String,
     pub pod_uid: String,
     pub container: String,
@@ -633,6 +635,14 @@ pub struct RunEnd {
 }
 
 impl ProcessRecord {
+    /// What a tenant may read of the record: without the node's identifiers (the node's pid of
+    /// the process, the agent's id for it). Every response a tenant can read that carries a
+    /// record passes through here (the log's `end` event, the signal's answer).
+    pub fn withhold_node(&mut self) {
+        self.host_pid = None;
+        self.exec_id.clear();
+    }
+
     /// A record in phase `Starting`: nothing launched yet.
     pub fn starting(exec_id: &str, pod_uid: &str, container: &str, container_id: &str) -> Self {
         ProcessRecord {

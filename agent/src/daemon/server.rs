@@ -276,12 +276,12 @@ fn line<T: serde::Serialize>(v: &T) -> Bytes {
 }
 
 /// The `end` event. The stream reaches tenants (through the operator's subresource API): the
-/// node's view of the process (`hostPid`) is left out of the record.
+/// node's identifiers are left out of the record.
 fn end_event(cursor: String, record: Option<ProcessRecord>) -> LogEvent {
     LogEvent::End {
         cursor,
         record: record.map(|mut r| {
-            r.host_pid = None;
+            r.withhold_node();
             Box::new(r)
         }),
     }

@@ -5,6 +5,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sandbox_api::wire::ErrorCode;
 use serde_json::json;
+use tracing::warn;
 
 use crate::agent::AgentError;
 
@@ -89,13 +90,36 @@ pub fn agent_error(e: AgentError, name: &str) -> SubresourceError {
         AgentError::Api { error, .. } => {
             SubresourceError::Conflict(format!("{}: {}", error.code, error.message))
         }
-        e @ AgentError::Unreachable { .. } => SubresourceError::Unavailable(e.to_string()),
+        // The node's address and the agent's own words (paths on the node) stay in the
+        // operator's log: a tenant is told what to do.
+        e @ AgentError::Unreachable { .. } => {
+            warn!(sandboxprocess = %name, error = %e, "the node's agent did not answer");
+            SubresourceError::Unavailable(format!(
+                "the node's agent did not answer for sandboxprocess \"{name}\" (restarting, or \
+                 unreachable); try again (the operator's log has the cause)"
+            ))
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No node-internal identifier reaches a tenant through an agent's failure.
+    #[test]
+    fn an_unreachable_agent_is_not_named_to_a_tenant() {
+        let e = AgentError::Unreachable {
+            url: "https://node-7.agent.sandbox-system.svc:8443".into(),
+            message: "connecting to /var/lib/sandbox-agent/procs/x/control.sock: refused".into(),
+        };
+        let m = agent_error(e, "p").to_string();
+        assert!(!m.contains("node-7") && !m.contains("/var/lib"), "{m}");
+        assert!(
+            m.contains("sandboxprocess \"p\"") && m.contains("try again"),
+            "{m}"
+        );
+    }
 
     /// The agent's stdin refusals reach the caller as 409 with their code first.
     #[test]

@@ -43,12 +43,13 @@ pub async fn signal(
         )));
     }
     let at = authorized_process(&server, &user, &namespace, &name, NEEDS).await?;
-    let rec = server
+    let mut rec = server
         .agents
         .client
         .signal(&at.agent, &at.exec_id, b.signal)
         .await
         .map_err(|e| agent_error(e, &name))?;
+    rec.withhold_node();
     info!(%namespace, %name, user = %user.username, signal = b.signal, "signal sent");
     Ok(Json(rec).into_response())
 }
