@@ -233,11 +233,15 @@ mod tests {
             let got = read_status(&serde_json::to_vec(&case["status"]).unwrap());
             match case["exit"].as_i64() {
                 Some(code) => assert_eq!(got, Ok(code as i32), "{case}"),
-                None => assert_eq!(
-                    got.unwrap_err().message,
-                    case["error"].as_str().unwrap(),
-                    "{case}"
-                ),
+                None => {
+                    let f = got.unwrap_err();
+                    assert_eq!(f.message, case["error"].as_str().unwrap(), "{case}");
+                    assert_eq!(
+                        f.is_transient(),
+                        case["transient"].as_bool().unwrap(),
+                        "{case}"
+                    );
+                }
             }
         }
     }

@@ -303,3 +303,42 @@ def test_a_process_restarts_and_its_previous_run_is_read(sb, pod):
     with pytest.raises(InvalidArgument) as e:
         sb.start(pod, ["cat"], stdin=True, restart_policy="OnFailure", id="py-restart-stdin")
     assert e.value.field == "restartPolicy"
+
+
+def test_attach_goes_on_across_an_agent_restart_and_no_send_is_lost(sb, pod):
+    """issue 47: with the node's agent pod deleted between sends, every ``send`` returns only
+    once its bytes are taken (none is lost, none raises the WebSocket library's error), and the
+    output is read on by a new connection from its cursor: nothing lost, nothing repeated."""
+    import threading
+
+    from kubernetes import client as k8s
+
+    script = 'while read -r l; do echo "got:$l"; done; exit 6'
+    p = sb.start(pod, ["sh", "-c", script], stdin=True, id="py-attach-agent")
+    a = p.attach(stdin=True)
+    got = []
+
+    def read():
+        for ev in a.events():
+            got.append(ev)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    ns = os.environ.get("SPO_NAMESPACE", "sandbox-system")
+    core = k8s.CoreV1Api(sb.api_client)
+    sel = "app.kubernetes.io/component=agent"
+    lines = [f"line-{i}" for i in range(8)]
+    for i, line in enumerate(lines):
+        a.send(f"{line}\n".encode())
+        if i == 2:
+            for agent in core.list_namespaced_pod(ns, label_selector=sel).items:
+                core.delete_namespaced_pod(agent.metadata.name, ns)
+        time.sleep(1)
+    assert p.stdin_state()["bytes"] == sum(len(f"{l}\n") for l in lines)
+    a.close_stdin()
+    reader.join(2 * MIN)
+    assert not reader.is_alive(), got
+    out = b"".join(d for kind, d in got if kind in ("stdout", "stderr"))
+    assert out == b"".join(f"got:{l}\n".encode() for l in lines), out
+    assert got[-1] == ("exit", 6), got[-3:]
+    p.delete()

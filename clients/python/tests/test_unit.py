@@ -329,7 +329,7 @@ def test_a_stdin_stall_is_told_once_and_the_write_goes_on(monkeypatch):
     monkeypatch.setattr(_stdin.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(_stdin.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     taken = iter([0] * 40 + [3])  # nothing for a while, then all of it
-    monkeypatch.setattr(p, "_write", lambda off, data, close: {"bytes": next(taken), "closed": False})
+    monkeypatch.setattr(p, "_write", lambda off, data, close, writer=None: {"bytes": next(taken), "closed": False})
     told = []
     p.on_stdin_stall = lambda pending, waited: told.append((pending, waited >= _stdin.STDIN_STALL))
     assert p._send(0, b"abc", False) == 3
@@ -359,6 +359,7 @@ def test_conformance_channel():
             with pytest.raises(ApiError) as e:
                 _attach.read_status(data)
             assert case["error"] in str(e.value), case
+            assert _attach.transient(data) == case["transient"], case
 
 
 def test_conformance_terminal():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from ._consts import STDIN_STALL, log
 from ._handle import _Handle
@@ -17,27 +17,41 @@ class _Stdin(_Handle):
         self._ensure_started("stdin_state", self.start_timeout)
         return json.loads(self._sandbox._raw("GET", self._path("stdin"), timeout=30).read())
 
-    def _write(self, offset: int, data: bytes, close: bool) -> Dict[str, Any]:
+    def _write(self, offset: int, data: bytes, close: bool,
+               writer: Optional[str] = None) -> Dict[str, Any]:
+        q = [("offset", str(offset)), ("close", "true" if close else "false")]
+        if writer is not None:
+            q.append(("writer", writer))
         resp = self._sandbox._raw(
-            "POST", self._path("stdin"),
-            [("offset", str(offset)), ("close", "true" if close else "false")],
+            "POST", self._path("stdin"), q,
             body=bytes(data), content_type="application/octet-stream", timeout=30,
         )
         return json.loads(resp.read())
 
-    def _send(self, offset: int, data: bytes, close: bool) -> int:
+    def _where(self, writer: Optional[str], at: int) -> Dict[str, Any]:
+        """Where stdin is; for a shared terminal's ``writer``, its own count (an empty write
+        at ``at``, at or behind the count, takes nothing and answers it)."""
+        if writer is None:
+            return self.stdin_state()
+        return self._write(at, b"", False, writer)
+
+    def _send(self, offset: int, data: bytes, close: bool, writer: Optional[str] = None) -> int:
+        """Sends ``data`` from ``offset`` until stdin has taken all of it (then EOF when
+        ``close``): exactly once by offset, transient failures (an agent or operator restart)
+        retried; returns only then, with the end offset. ``writer``: a shared terminal's writer,
+        whose offsets are its own."""
         start, end = offset, offset + len(data)
         failures, idle = 0, 0.005
         since, told = time.monotonic(), False
         while True:
             try:
-                s = self._write(offset, data[offset - start:], close)
+                s = self._write(offset, data[offset - start:], close, writer)
             except ApiError as e:
                 if e.status == 409 and "StdinConflict" in str(e):
                     # Bytes over what stdin took there differ (another writer): its own code.
                     raise ApiError(409, "StdinConflict", str(e)) from None
                 if e.status == 409 and "StdinOffsetMismatch" in str(e):
-                    now = self.stdin_state()
+                    now = self._where(writer, start)
                     if not start <= now["bytes"] <= end:
                         raise
                     offset = now["bytes"]
