@@ -314,7 +314,7 @@ async fn logs(
     let dir = st.registry.layout().ledger(&eid);
     let (start, until) = log_span(&eid, &q, &rec, &dir)?;
     if let Some(why) = crate::daemon::budget::freed(&dir) {
-        return Err(AgentError::OutputFreed(format!("process {id}: {why}")));
+        return Err(AgentError::OutputFreed(why));
     }
     check_readable(&dir, start).await?;
     // Subscribed before the first read, so no write between the read and the wait is missed.
@@ -368,8 +368,8 @@ fn log_span(
     q.check().map_err(AgentError::InvalidRequest)?;
     let Some(last) = &rec.last_exit else {
         return Err(AgentError::InvalidRequest(format!(
-            "previous: process {} has no previous run (restartCount {})",
-            rec.exec_id, rec.restart_count
+            "previous: the process has no previous run (restartCount {})",
+            rec.restart_count
         )));
     };
     Ok((

@@ -299,9 +299,9 @@ impl Registry {
                     return Ok(rec);
                 }
             } else if tokio::time::Instant::now() >= deadline {
-                return Err(AgentError::OperationInterrupted(format!(
-                    "process {id} is still being created"
-                )));
+                return Err(AgentError::OperationInterrupted(
+                    "the process is still being created".into(),
+                ));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -75,9 +75,9 @@ impl Registry {
             let deadline = tokio::time::Instant::now() + wait;
             while !self.get(id.as_str()).map(|r| r.is_final()).unwrap_or(true) {
                 if tokio::time::Instant::now() >= deadline {
-                    return Err(AgentError::OperationInterrupted(format!(
-                        "process {id} did not end after SIGKILL"
-                    )));
+                    return Err(AgentError::OperationInterrupted(
+                        "the process did not end after SIGKILL".into(),
+                    ));
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }

@@ -131,8 +131,11 @@ impl CriLookup {
         })
     }
 
+    /// The runtime's words for the tenant (its status and Events show them); the node's socket
+    /// path only in the agent's log.
     fn runtime_error(&self, e: tonic::Status) -> AgentError {
-        AgentError::Runtime(format!("CRI {}: {}", self.socket.display(), e.message()))
+        tracing::warn!(socket = %self.socket.display(), error = %e.message(), "CRI call failed");
+        AgentError::Runtime(format!("the container runtime (CRI): {}", e.message()))
     }
 
     /// The newest running instance of the pod's container (a restarted container has several).
