@@ -22,6 +22,10 @@ pub const STDERR: u8 = 2;
 /// The final status (`metav1.Status`): success, or the exit code, or why the stream ended.
 pub const ERROR: u8 = 3;
 pub const RESIZE: u8 = 4;
+/// Ours, server to client, only to a client that asks (`cursors=true`): the log cursor after
+/// which the output that follows starts. Sent after a terminal's screen (a redraw, not log
+/// bytes), so a client that attaches again goes on from the exact byte, not from a new redraw.
+pub const CURSOR: u8 = 9;
 /// v5: the client closes one of its streams (data: the channel, `STDIN`).
 pub const CLOSE: u8 = 255;
 
@@ -33,6 +37,8 @@ pub enum Frame<'a> {
     Stderr(&'a [u8]),
     Status(&'a [u8]),
     Resize(TerminalSize),
+    /// The log cursor the output after this frame starts after ([`CURSOR`]).
+    Cursor(&'a [u8]),
     /// The end of the sender's stream on this channel.
     Close(u8),
 }
@@ -66,8 +72,9 @@ impl Frame<'_> {
                     cols: s.width,
                 })
             }
+            CURSOR => Frame::Cursor(data),
             CLOSE => Frame::Close(*data.first().ok_or("close: names no channel")?),
-            other => return Err(format!("channel {other} is not one of 0-4, 255")),
+            other => return Err(format!("channel {other} is not one of 0-4, 9, 255")),
         })
     }
 
@@ -87,6 +94,7 @@ impl Frame<'_> {
                     serde_json::to_vec(&size).expect("a size is JSON").into(),
                 )
             }
+            Frame::Cursor(d) => (CURSOR, (*d).into()),
             Frame::Close(c) => (CLOSE, vec![*c].into()),
         };
         let mut out = Vec::with_capacity(1 + data.len());
@@ -182,6 +190,7 @@ mod tests {
             Frame::Stderr(b"\xff\x00"),
             Frame::Status(b"{}"),
             Frame::Resize(size),
+            Frame::Cursor(b"c1.2.abc"),
             Frame::Close(STDIN),
         ] {
             let bytes = f.encode();
@@ -217,6 +226,7 @@ mod tests {
             let data = case["data"].as_str().unwrap_or("").as_bytes();
             let f = match case["kind"].as_str().unwrap() {
                 "stdin" => Frame::Stdin(data),
+                "cursor" => Frame::Cursor(data),
                 "resize" => Frame::Resize(TerminalSize {
                     rows: n("rows"),
                     cols: n("cols"),

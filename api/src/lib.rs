@@ -11,6 +11,8 @@ pub mod names;
 #[cfg(feature = "crd")]
 pub mod quantity;
 #[cfg(feature = "crd")]
+pub mod spec_fields;
+#[cfg(feature = "crd")]
 pub mod spec_rules;
 #[cfg(feature = "tls")]
 pub mod tls;

@@ -12,6 +12,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use sandbox_api::convert::{self, Target};
 use sandbox_api::crd::{Phase, SandboxProcess, SandboxProcessStatus};
+use sandbox_api::spec_fields;
 use sandbox_api::validate::{self, Valid, Violation};
 use sandbox_api::wire::StartRequest;
 use tracing::{debug, info};
@@ -229,6 +230,7 @@ async fn request(
     else {
         unreachable!("can_start checked the container")
     };
+    refuse_unknown_fields(obj)?;
     let ns = obj.namespace().unwrap_or_default();
     let from_sources = envfrom::resolve(&ctx.client, &ns, &obj.spec)
         .await
@@ -249,6 +251,26 @@ async fn request(
                 message: v.to_string(),
             })
         })
+}
+
+/// A spec field a client set that this release does not know (a newer release's, pruned from
+/// the object after a rollback: `sandbox_api::spec_fields`) would be dropped by starting:
+/// refused, naming it, before anything else is read.
+fn refuse_unknown_fields(obj: &SandboxProcess) -> Result<(), AgentView> {
+    let unknown = spec_fields::unknown_in(obj.metadata.managed_fields.as_deref());
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(AgentView::Rejected(sandbox_api::wire::ApiError {
+        code: sandbox_api::wire::ErrorCode::InvalidRequest,
+        message: format!(
+            "{}: set by a newer release of sandbox-process-operator, unknown to this one: \
+             starting would drop what it asks (after a rollback the API server prunes a newer \
+             schema's fields); start it with a release that knows it, or recreate the object \
+             without it (docs/upgrading.md)",
+            unknown.join(", ")
+        ),
+    }))
 }
 
 /// The pod the process runs in: named, or chosen by the selector once (recorded in
@@ -399,6 +421,36 @@ pub fn next_action(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process whose spec carried a field this release does not know is refused, naming the
+    /// field, and one without is not.
+    #[test]
+    fn a_field_of_a_newer_release_refuses_the_start() {
+        let object = |fields: serde_json::Value| -> SandboxProcess {
+            let e: crate::cache::Entry = serde_json::from_value(serde_json::json!({
+                "apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
+                "metadata": {"name": "p", "namespace": "ns", "managedFields": [
+                    {"manager": "argocd", "operation": "Apply", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:spec": fields}}]},
+                "spec": {"podName": "w", "command": ["true"]}}))
+            .unwrap();
+            (*e.object()).clone()
+        };
+        let newer = object(serde_json::json!({"f:command": {}, "f:sandboxProfile": {}}));
+        match refuse_unknown_fields(&newer) {
+            Err(AgentView::Rejected(e)) => {
+                assert!(
+                    e.message
+                        .starts_with("spec.sandboxProfile: set by a newer release"),
+                    "{}",
+                    e.message
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let today = object(serde_json::json!({"f:command": {}, "f:podName": {}}));
+        assert!(refuse_unknown_fields(&today).is_ok());
+    }
 
     /// The write budget (docs/writes.md) assumes one output refresh per 30 s at most
     /// (status/tests.rs's write plan simulates it).

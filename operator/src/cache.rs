@@ -15,7 +15,7 @@ use sandbox_api::crd::{
 use serde::{Deserialize, Deserializer};
 
 use crate::status;
-use crate::watched::{resource_of, Meta};
+use crate::watched::{resource_of, Meta, UnknownSpec};
 
 /// One cached SandboxProcess, as the watch delivered it (see the module's comment).
 #[derive(Clone, Debug)]
@@ -150,7 +150,7 @@ impl<'de> Deserialize<'de> for Entry {
         #[derive(Deserialize)]
         struct Wire {
             #[serde(default)]
-            metadata: Meta,
+            metadata: Meta<UnknownSpec>,
             spec: SandboxProcessSpec,
             status: Option<SandboxProcessStatus>,
         }

@@ -8,19 +8,27 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    FieldsV1, ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
+};
 use kube::runtime::watcher;
 use kube::Resource;
+use sandbox_api::spec_fields;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 /// kubectl's client-side-apply copy of the object (a second copy of the spec).
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// `metadata` without `managedFields`, `selfLink` and the last-applied annotation.
+/// `metadata` without `selfLink` and the last-applied annotation, and of `managedFields` only
+/// what `M` keeps ([`Skip`]: nothing).
 #[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-pub struct Meta {
+#[serde(
+    rename_all = "camelCase",
+    default,
+    bound = "M: Deserialize<'de> + Default"
+)]
+pub struct Meta<M = Skip> {
     #[serde(deserialize_with = "annotations")]
     annotations: Option<BTreeMap<String, String>>,
     creation_timestamp: Option<Time>,
@@ -35,10 +43,97 @@ pub struct Meta {
     owner_references: Option<Vec<OwnerReference>>,
     resource_version: Option<String>,
     uid: Option<String>,
+    managed_fields: M,
 }
 
-impl From<Meta> for ObjectMeta {
-    fn from(m: Meta) -> ObjectMeta {
+/// What of `managedFields` is kept: nothing, or the spec fields this release does not know.
+pub trait Managed {
+    fn entries(self) -> Option<Vec<ManagedFieldsEntry>>;
+}
+
+/// `managedFields` skipped unread (a pod's, and everything but a SandboxProcess's spec fields).
+#[derive(Default)]
+pub struct Skip;
+
+impl<'de> Deserialize<'de> for Skip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Skip, D::Error> {
+        IgnoredAny::deserialize(d).map(|_| Skip)
+    }
+}
+
+impl Managed for Skip {
+    fn entries(self) -> Option<Vec<ManagedFieldsEntry>> {
+        None
+    }
+}
+
+/// A SandboxProcess's `managedFields` reduced to the spec fields this release's schema does not
+/// know (`sandbox_api::spec_fields`: what a rollback would drop), one entry per manager that set
+/// some; `None` (nothing kept) when there are none, as nearly always.
+#[derive(Default)]
+pub struct UnknownSpec(Option<Vec<ManagedFieldsEntry>>);
+
+impl<'de> Deserialize<'de> for UnknownSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<UnknownSpec, D::Error> {
+        /// An entry's manager and its `f:spec` set (status and metadata sets skipped unread).
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Entry {
+            manager: Option<String>,
+            #[serde(default, rename = "fieldsV1")]
+            fields: SpecSet,
+        }
+        #[derive(Default)]
+        struct SpecSet(Option<serde_json::Value>);
+        impl<'de> Deserialize<'de> for SpecSet {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<SpecSet, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = SpecSet;
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str("a field set")
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<SpecSet, A::Error> {
+                        let mut spec = None;
+                        while let Some(k) = m.next_key::<String>()? {
+                            if k == "f:spec" {
+                                spec = Some(m.next_value()?);
+                            } else {
+                                m.next_value::<IgnoredAny>()?;
+                            }
+                        }
+                        Ok(SpecSet(spec))
+                    }
+                }
+                d.deserialize_any(V)
+            }
+        }
+        let entries = Option::<Vec<Entry>>::deserialize(d)?.unwrap_or_default();
+        let kept: Vec<ManagedFieldsEntry> = entries
+            .into_iter()
+            .filter_map(|e| {
+                let spec = e.fields.0?;
+                let unknown = spec_fields::unknown_part(&spec, spec_fields::spec_schema())?;
+                Some(ManagedFieldsEntry {
+                    manager: e.manager,
+                    fields_type: Some("FieldsV1".into()),
+                    fields_v1: Some(FieldsV1(serde_json::json!({ "f:spec": unknown }))),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        Ok(UnknownSpec((!kept.is_empty()).then_some(kept)))
+    }
+}
+
+impl Managed for UnknownSpec {
+    fn entries(self) -> Option<Vec<ManagedFieldsEntry>> {
+        self.0
+    }
+}
+
+impl<M: Managed> From<Meta<M>> for ObjectMeta {
+    fn from(m: Meta<M>) -> ObjectMeta {
         ObjectMeta {
             annotations: m.annotations,
             creation_timestamp: m.creation_timestamp,
@@ -48,7 +143,7 @@ impl From<Meta> for ObjectMeta {
             generate_name: m.generate_name,
             generation: m.generation,
             labels: m.labels,
-            managed_fields: None,
+            managed_fields: m.managed_fields.entries(),
             name: m.name,
             namespace: m.namespace,
             owner_references: m.owner_references,

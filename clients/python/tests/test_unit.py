@@ -346,6 +346,8 @@ def test_conformance_channel():
     for case in doc["frames"]:
         if case["kind"] == "stdin":
             got = _attach.frame(_attach.STDIN, case["data"].encode())
+        elif case["kind"] == "cursor":
+            got = _attach.frame(_attach.CURSOR, case["data"].encode())
         elif case["kind"] == "resize":
             got = _attach.resize_frame(case["rows"], case["cols"])
         else:

@@ -110,3 +110,39 @@ fn a_settled_entry_gives_back_what_its_reconcile_reads() {
         assert_eq!(e.meta(), &meta);
     }
 }
+
+/// Of `managedFields`, an entry keeps only the spec fields this release does not know (a newer
+/// release's, still named there after a rollback pruned them from the object), and none is kept
+/// when it knows them all; the status manager's set is skipped unread.
+#[test]
+fn entries_keep_only_the_spec_fields_this_release_does_not_know() {
+    let json = |managed: serde_json::Value| {
+        json!({"apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "managedFields": managed},
+            "spec": {"podName": "w", "command": ["true"]}})
+    };
+    let newer = json!([
+        {"manager": "kubectl", "operation": "Apply", "apiVersion": "sandbox.dev/v1alpha1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:podName": {}, "f:command": {},
+            "f:securityContext": {".": {}, "f:runAsNonRoot": {}, "f:seccompProfile": {}}}}},
+        {"manager": "sandbox-operator", "operation": "Apply", "subresource": "status",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:phase": {}}}},
+    ]);
+    let e: Entry = serde_json::from_value(json(newer)).unwrap();
+    let kept = e.meta().managed_fields.clone().expect("one entry kept");
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].manager.as_deref(), Some("kubectl"));
+    assert_eq!(
+        kept[0].fields_v1.as_ref().unwrap().0,
+        json!({"f:spec": {"f:securityContext": {"f:seccompProfile": {}}}})
+    );
+    assert_eq!(
+        sandbox_api::spec_fields::unknown_in(Some(&kept)),
+        ["spec.securityContext.seccompProfile"]
+    );
+    let known = json!([{"manager": "kubectl", "fieldsV1": {"f:spec": {"f:podName": {}}}}]);
+    let e: Entry = serde_json::from_value(json(known)).unwrap();
+    assert_eq!(e.meta().managed_fields, None);
+    let e: Entry = serde_json::from_value(json(serde_json::Value::Null)).unwrap();
+    assert_eq!(e.meta().managed_fields, None);
+}

@@ -45,6 +45,9 @@ pub struct AttachParams {
     /// A shared terminal's writer, kept by a client across its reconnects (`tty`): its stdin
     /// offsets count its own bytes. Without it, each connection is a writer of its own.
     writer: Option<String>,
+    /// Our clients ask for the cursor the output starts after, when it is not theirs (a
+    /// terminal's screen comes first): channel 9 ([`sandbox_api::channel::CURSOR`]).
+    cursors: Option<String>,
     /// Sent by pod-minded clients; a process has one container.
     container: Option<String>,
 }
@@ -98,6 +101,7 @@ impl AttachParams {
             since,
             stdin_offset,
             writer,
+            cursors: flag("cursors", self.cursors.as_deref(), false)?,
         })
     }
 }

@@ -17,6 +17,8 @@ from ._start import _size
 from .errors import ApiError, InvalidArgument
 
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
+#: Ours (``sandbox_api::channel::CURSOR``): the log cursor the output that follows starts after.
+CURSOR = 9
 OPCODE_BINARY = 0x2  # websocket.ABNF.OPCODE_BINARY
 MAX_FRAME = 1 << 20
 
@@ -125,6 +127,8 @@ class Attached:
             if ch in (STDOUT, STDERR):
                 self._received += len(body)
                 yield ("stdout" if ch == STDOUT else "stderr", body)
+            elif ch == CURSOR:  # after a terminal's screen: go on from the exact byte
+                self._at["since"], self._at["screen"], self._received = body.decode(), False, 0
             elif ch == ERROR and transient(body):
                 self._reconnect(json.loads(body).get("message", "the server said to attach again"))
             elif ch == ERROR:
@@ -199,7 +203,8 @@ def _connect(h: Any, at: Dict[str, Any], since: Optional[str]) -> Any:
     from kubernetes.stream.ws_client import create_websocket
     from websocket import WebSocketBadStatusException
 
-    q: List[Tuple[str, str]] = [("stdin", "false"), ("stdout", "true"), ("stderr", "true")]
+    q: List[Tuple[str, str]] = [("stdin", "false"), ("stdout", "true"), ("stderr", "true"),
+                                ("cursors", "true")]
     if since is not None:
         q.append(("since", since))
     api = h._sandbox.api_client

@@ -21,8 +21,8 @@ pub struct AttachOptions {
     /// Write stdin (the process needs `stdin` or `tty`).
     pub stdin: bool,
     /// Output after this cursor (`None`: from the beginning of what is kept; on a terminal,
-    /// from what its screen shows now: one redraw, then what follows, and the same redraw
-    /// again after a reconnect, as tmux redraws a client that attaches).
+    /// from what its screen shows now: one redraw, then what follows; a reconnect goes on from
+    /// the exact byte after the last one read).
     pub since: Option<String>,
     /// The offset of the first stdin byte sent (`None`: stdin's current end). Given, a writer
     /// that is not alone is refused instead of interleaved. On a terminal, the offset counts
@@ -38,6 +38,13 @@ pub enum AttachEvent {
     Stderr(Vec<u8>),
     /// It ended with this code (128+N when a signal N ended it). The last event.
     Exit(i32),
+}
+
+/// What the connection's task passes to the output half: an event, or the log cursor the
+/// output after it starts after (once a terminal's screen was drawn), for `resume_cursor`.
+enum Out {
+    Event(AttachEvent),
+    Cursor(String),
 }
 
 /// What the input half asks of the connection's task.
@@ -56,7 +63,7 @@ pub struct AttachInput {
 
 /// The reading half.
 pub struct AttachOutput {
-    rx: mpsc::Receiver<Result<AttachEvent>>,
+    rx: mpsc::Receiver<Result<Out>>,
     since: Option<String>,
     /// Output bytes returned by `next`.
     read: u64,
@@ -153,11 +160,20 @@ impl AttachOutput {
     /// The next event; `None` after the exit, or after an error that attaching again could not
     /// mend (the last item).
     pub async fn next(&mut self) -> Option<Result<AttachEvent>> {
-        let ev = self.rx.recv().await;
-        if let Some(Ok(AttachEvent::Stdout(d) | AttachEvent::Stderr(d))) = &ev {
-            self.read += d.len() as u64;
+        loop {
+            let ev = match self.rx.recv().await? {
+                Ok(Out::Cursor(c)) => {
+                    (self.since, self.read) = (Some(c), 0);
+                    continue;
+                }
+                Ok(Out::Event(ev)) => ev,
+                Err(e) => return Some(Err(e)),
+            };
+            if let AttachEvent::Stdout(d) | AttachEvent::Stderr(d) = &ev {
+                self.read += d.len() as u64;
+            }
+            return Some(Ok(ev));
         }
-        ev
     }
 
     /// Where the output read so far ends: an attach with it as `since` reads on from there.

@@ -37,6 +37,8 @@ pub struct Options {
     pub stdin_offset: Option<u64>,
     /// A shared terminal's writer the client keeps across reconnects.
     pub writer: Option<String>,
+    /// Tell the client the cursor the output starts after (after a screen).
+    pub cursors: bool,
 }
 
 pub struct Session {
@@ -139,6 +141,13 @@ async fn output(s: &Session, tx: &Out) -> Option<Ended> {
     let since = match &s.opts.since {
         Some(c) => c.clone(),
         None if s.at.tty => match screen(s, tx).await {
+            Ok(c) if s.opts.cursors => {
+                let frame = Frame::Cursor(c.render().as_bytes()).encode();
+                if tx.send(Message::Binary(frame.into())).await.is_err() {
+                    return None;
+                }
+                c
+            }
             Ok(c) => c,
             Err(()) => return None,
         },

@@ -11,7 +11,7 @@ use sandbox_api::wire::{StdinState, TerminalSize, LOG_SILENCE_LIMIT, MAX_STDIN_W
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
-use super::{AttachEvent, Cmd, RECONNECT_FOR};
+use super::{AttachEvent, Cmd, Out, RECONNECT_FOR};
 use crate::error::{Error, Result};
 use crate::logs;
 use crate::process::Process;
@@ -37,7 +37,7 @@ pub fn cursor_after(since: Option<&str>, n: u64) -> String {
 pub struct At {
     /// The cursor it started after (`None`: the beginning, or a terminal's screen).
     pub since: Option<String>,
-    /// A terminal attached from its screen: each connection starts with a redraw.
+    /// A terminal attached from its screen, until the server names the cursor after it.
     pub screen: bool,
     /// A shared terminal's writer (stdin offsets are its own).
     pub writer: Option<String>,
@@ -53,7 +53,10 @@ impl Link {
     /// Attaches `received` output bytes after where `at` started (a terminal's screen: a
     /// redraw) and (with stdin) from stdin offset `stdin`.
     pub async fn open(p: &Process, at: &At, received: u64, stdin: Option<u64>) -> Result<Link> {
-        let mut q = format!("stdin={}&stdout=true&stderr=true", stdin.is_some());
+        let mut q = format!(
+            "stdin={}&stdout=true&stderr=true&cursors=true",
+            stdin.is_some()
+        );
         let since = (!at.screen && (at.since.is_some() || received > 0))
             .then(|| cursor_after(at.since.as_deref(), received));
         if let Some(c) = since.filter(|c| !c.is_empty()) {
@@ -90,6 +93,8 @@ enum Heard {
     Broken(String),
     /// A refusal attaching again cannot mend.
     Fatal(Error),
+    /// The output that follows starts after this log cursor (after a terminal's screen).
+    Cursor(String),
     /// The user closed the connection.
     Detached,
     Nothing,
@@ -114,6 +119,7 @@ fn hear(m: Option<std::result::Result<Message, WsError>>) -> Heard {
                 message: f.message,
             }),
         },
+        Ok(Frame::Cursor(c)) => Heard::Cursor(String::from_utf8_lossy(c).into_owned()),
         Ok(_) => Heard::Nothing,
         Err(e) => Heard::Fatal(Error::Transport(format!("attach: {e}"))),
     }
@@ -152,7 +158,7 @@ impl Task {
         mut self,
         mut link: Link,
         mut cmds: mpsc::Receiver<Cmd>,
-        events: mpsc::Sender<Result<AttachEvent>>,
+        events: mpsc::Sender<Result<Out>>,
     ) {
         let mut input_open = true;
         let mut tick = tokio::time::interval(ACK_EVERY);
@@ -196,13 +202,21 @@ impl Task {
             }
             match heard {
                 Heard::Nothing => {}
+                // From here the output is log bytes after this cursor: a reconnect goes on from
+                // the exact byte instead of drawing the screen again.
+                Heard::Cursor(c) => {
+                    (self.at.since, self.at.screen, self.received) = (Some(c.clone()), false, 0);
+                    if events.send(Ok(Out::Cursor(c))).await.is_err() {
+                        return;
+                    }
+                }
                 Heard::Detached => return,
                 Heard::Event(ev) => {
                     let exit = matches!(ev, AttachEvent::Exit(_));
                     if let AttachEvent::Stdout(d) | AttachEvent::Stderr(d) = &ev {
                         self.received += d.len() as u64;
                     }
-                    if events.send(Ok(ev)).await.is_err() || exit {
+                    if events.send(Ok(Out::Event(ev))).await.is_err() || exit {
                         return;
                     }
                 }
