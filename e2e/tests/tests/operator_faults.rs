@@ -154,3 +154,89 @@ async fn withheld(t: &TestNs) -> Result<()> {
     assert_eq!(again, failures, "the refused status was sent again");
     Ok(())
 }
+
+/// issue 47: a rollback must not start a process without what a newer release's field asked.
+/// A newer release is played by a CRD with one more spec field (`futureRestriction`); an object
+/// sets it; the CRD goes back (the API server then prunes the field from the object it serves);
+/// once its pod exists the process is refused, naming the field, and never runs.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/operator"]
+async fn a_field_of_a_newer_release_refuses_the_start_after_a_rollback() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, PostParams};
+    with_ns("opf-rollback", |t| async move {
+        let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
+        let name = "sandboxprocesses.sandbox.dev";
+        let orig = crds.get(name).await?;
+        let mut newer = orig.clone();
+        let spec = &mut newer.spec.versions[0].schema.as_mut().unwrap();
+        let props = spec
+            .open_api_v3_schema
+            .as_mut()
+            .unwrap()
+            .properties
+            .as_mut()
+            .unwrap();
+        let spec_schema = props.get_mut("spec").unwrap();
+        spec_schema.properties.as_mut().unwrap().insert(
+            "futureRestriction".into(),
+            serde_json::from_value(json!({"type": "boolean"}))?,
+        );
+        crds.replace(name, &PostParams::default(), &newer).await?;
+        let applied = async {
+            let o = sbp(
+                "guarded",
+                "later",
+                sh("touch /tmp/guarded-ran", Value::Null),
+            );
+            let mut o = o;
+            o["spec"]["futureRestriction"] = json!(true);
+            // The new schema is served within moments: until then the field is pruned.
+            for _ in 0..50 {
+                t.apply_sbp(o.clone()).await?;
+                let got: Value = serde_json::from_str(
+                    &t.kubectl(&["get", "sbp", "guarded", "-o", "json"]).await?,
+                )?;
+                if got["spec"]["futureRestriction"] == json!(true) {
+                    return anyhow::Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            anyhow::bail!("the newer schema was never served")
+        }
+        .await;
+        // The rollback of the CRD, whatever happened above.
+        let mut back = crds.get(name).await?;
+        back.spec = orig.spec.clone();
+        crds.replace(name, &PostParams::default(), &back).await?;
+        applied?;
+        for i in 0.. {
+            let got: Value =
+                serde_json::from_str(&t.kubectl(&["get", "sbp", "guarded", "-o", "json"]).await?)?;
+            if got["spec"].get("futureRestriction").is_none() {
+                break;
+            }
+            ensure!(i < 50, "the field was never pruned: {got}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        t.pods([pod("later", None)]).await?;
+        let o = t
+            .until_field("guarded", "/status/phase", "Error", 60)
+            .await?;
+        let message = field(&o, "/status/error/message");
+        ensure!(
+            message.starts_with("spec.futureRestriction: set by a newer release"),
+            "{message}"
+        );
+        let ran = t
+            .in_pod(
+                "later",
+                &["sh", "-c", "ls /tmp/guarded-ran 2>/dev/null; true"],
+            )
+            .await?;
+        ensure!(ran.is_empty(), "the refused process ran");
+        println!("note: refused after the rollback: {message}");
+        Ok(())
+    })
+    .await;
+}
