@@ -1417,15 +1417,24 @@ async fn resize_is_for_edit_not_view_and_names_a_missing_tty_or_a_bad_size() {
     .await;
 }
 
-/// `helm test` of the deployed release: the chart's test pod runs one SandboxProcess in itself
-/// through the operator, the agent and the admission policy, and passes (it exits 0 only when
-/// the process ended Exited 0 with its output and was deleted); a passed test leaves nothing.
+/// `helm test --logs` of the deployed release: the chart's test pod runs one SandboxProcess in
+/// itself through the operator, the agent and the admission policy, and passes (it exits 0 only
+/// when the process ended Exited 0 with its output and was deleted); helm prints its log (issue
+/// 47: the pod was deleted before helm read it); only the finished pod is left.
 #[tokio::test]
 #[ignore = "needs the test cluster: run by e2e/suite"]
 async fn helm_test_runs_one_sandbox_process_end_to_end() {
     with_ns("suite-helmtest", |_t| async move {
         let release = "sandbox-process-operator";
-        let test = ["test", release, "-n", release::NAMESPACE, "--timeout", "3m"];
+        let test = [
+            "test",
+            release,
+            "-n",
+            release::NAMESPACE,
+            "--timeout",
+            "3m",
+            "--logs",
+        ];
         let out = cmd::run("helm", &test, None, Duration::from_secs(240)).await?;
         let pod = format!("{release}-test");
         let ns = release::NAMESPACE;
@@ -1438,7 +1447,13 @@ async fn helm_test_runs_one_sandbox_process_end_to_end() {
             out.stdout,
             out.stderr
         );
-        // Nothing of a passed test is left (Helm would not remove it on uninstall).
+        // `--logs` read the pod's log (what it checked), and only the pod is left of it.
+        ensure!(
+            out.stdout.contains("POD LOGS") && out.stdout.contains("exited 0 and was deleted"),
+            "helm test --logs printed no log: {}{}",
+            out.stdout,
+            out.stderr
+        );
         let left = cmd::kubectl(&[
             "-n",
             ns,
@@ -1451,10 +1466,10 @@ async fn helm_test_runs_one_sandbox_process_end_to_end() {
         ])
         .await?;
         ensure!(
-            left.trim().is_empty(),
+            left.trim() == format!("pod/{pod}"),
             "left after a passed helm test: {left}"
         );
-        println!("note: helm test passed; nothing left");
+        println!("note: helm test --logs passed and printed the test's log; its pod is kept");
         Ok(())
     })
     .await;
