@@ -101,9 +101,34 @@ pub async fn run(sb: &Sandbox, r: Run) -> Result<u8, CliError> {
     outcome
 }
 
+/// Waits for the start (for ever, as `kubectl wait` does without a timeout), saying on stderr
+/// why it waits whenever that changes (a missing pod, a pending one, no agent): not 15 s of
+/// silence for a pod name mistyped.
+async fn wait_started_saying(p: &Process) -> Result<(), CliError> {
+    let mut told = String::new();
+    loop {
+        match p.wait_started(Some(STARTED_SAY_AFTER)).await {
+            Ok(()) => return Ok(()),
+            Err(sandbox_client::Error::NotStarted { state, .. }) => {
+                if state != told {
+                    eprintln!(
+                        "kubectl-sandbox: {} waits to start: {state}",
+                        kind_name(p.name())
+                    );
+                    told = state;
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// How long a start is waited for before the plugin says why it waits.
+const STARTED_SAY_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Streams the output until the process ends; its exit code.
 async fn follow_to_exit(p: &Process) -> Result<u8, CliError> {
-    p.wait_started(None).await?;
+    wait_started_saying(p).await?;
     let opts = logs::Options {
         follow: true,
         split: true,
@@ -149,7 +174,7 @@ async fn terminal_to(
     keys: crate::terminal::DetachKeys,
     after: Option<String>,
 ) -> Result<Option<u8>, CliError> {
-    p.wait_started(None).await?;
+    wait_started_saying(p).await?;
     if !p.object().await?.spec.tty {
         return Err(CliError::Usage(format!(
             "{} has no terminal (spec.tty: true, or `run -it`): attach without -t",
@@ -171,7 +196,7 @@ async fn terminal_to(
 }
 
 async fn attach_to(p: &Process, stream: bool) -> Result<u8, CliError> {
-    p.wait_started(None).await?;
+    wait_started_saying(p).await?;
     let spec = p.object().await?.spec;
     // A terminal's input is stdin too (`tty` implies it): a pipe may type into it.
     if !spec.stdin && !spec.tty {

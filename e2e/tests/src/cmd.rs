@@ -132,6 +132,22 @@ pub async fn kubectl_sandbox(args: &[&str]) -> Result<Out> {
     run("env", &all, None, Duration::from_secs(120)).await
 }
 
+/// `kubectl sandbox ARGS` ended after `secs` if still running (SIGTERM, as `timeout` does: exit
+/// 124): what it said by then.
+pub async fn kubectl_sandbox_for(secs: u32, args: &[&str]) -> Result<Out> {
+    let path = plugin_path().await?;
+    let limit = secs.to_string();
+    let mut all = vec![
+        path.as_str(),
+        "timeout",
+        limit.as_str(),
+        "kubectl",
+        "sandbox",
+    ];
+    all.extend_from_slice(args);
+    run("env", &all, None, Duration::from_secs(u64::from(secs) + 60)).await
+}
+
 /// `kubectl sandbox ARGS` started alongside the test (e.g. a follow), its stdout piped, killed
 /// when dropped.
 pub async fn kubectl_sandbox_child(args: &[&str]) -> Result<tokio::process::Child> {

@@ -1615,3 +1615,45 @@ async fn no_subresource_answer_names_the_node() {
     })
     .await;
 }
+
+/// `run --wait` on a pod that does not exist says why it waits (issue 47: 15 s of silence), and
+/// goes on waiting, as `kubectl wait` does, until it is ended.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn plugin_run_wait_on_a_missing_pod_says_why_it_waits() {
+    with_ns("suite-nopod", |t| async move {
+        let args = [
+            "-n",
+            &t.name,
+            "run",
+            "--wait",
+            "--name",
+            "np",
+            "nosuchpod",
+            "--",
+            "true",
+        ];
+        let out = cmd::kubectl_sandbox_for(8, &args).await?;
+        ensure!(
+            out.code == Some(124),
+            "ended by itself: {:?} {}",
+            out.code,
+            out.stderr
+        );
+        ensure!(
+            out.stderr
+                .contains("sandboxprocess.sandbox.dev/np waits to start")
+                && out.stderr.contains("PodNotFound"),
+            "{}",
+            out.stderr
+        );
+        // Said when the reason changes, not every poll.
+        ensure!(
+            out.stderr.matches("waits to start").count() <= 2,
+            "{}",
+            out.stderr
+        );
+        Ok(())
+    })
+    .await;
+}
