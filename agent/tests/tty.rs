@@ -42,7 +42,12 @@ async fn wait_output(a: &Agent, id: &str, want: &str) -> String {
 
 /// Types `data` at the terminal (stdin at `at`); the offset after it.
 async fn type_in(a: &Agent, id: &str, at: u64, data: &[u8]) -> u64 {
-    let (s, v) = a.stdin(id, at, data, false).await;
+    typed(a, id, at, data, "close=false").await
+}
+
+/// A stdin write that must be taken whole (`query`: who writes); the offset after it.
+async fn typed(a: &Agent, id: &str, at: u64, data: &[u8], query: &str) -> u64 {
+    let (s, v) = a.stdin_as(id, at, data, query).await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["bytes"].as_u64(), Some(at + data.len() as u64), "{v}");
     at + data.len() as u64
@@ -196,10 +201,7 @@ async fn ctrl_c_ends_the_foreground_job_and_the_shell_lives_on() {
 
 /// A stdin write to a shared terminal by `writer` at its own offset `at`; the offset after.
 async fn type_as(a: &Agent, id: &str, writer: &str, at: u64, data: &[u8]) -> u64 {
-    let (s, v) = a.stdin_as(id, at, data, &format!("writer={writer}")).await;
-    assert_eq!(s, 200, "{v}");
-    assert_eq!(v["bytes"].as_u64(), Some(at + data.len() as u64), "{v}");
-    at + data.len() as u64
+    typed(a, id, at, data, &format!("writer={writer}")).await
 }
 
 /// Two attachers type into one terminal, as two tmux clients do: each writer's bytes are placed

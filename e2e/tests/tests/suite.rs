@@ -1546,37 +1546,18 @@ async fn no_subresource_answer_names_the_node() {
                 anyhow::Ok((format!("{method} {path}"), format!("{text:?}")))
             }
         };
-        let mut answers = vec![
-            call(
-                "POST",
-                format!("{base}/signal"),
-                br#"{"signal":28}"#.to_vec(),
-                "application/json",
-            )
-            .await?,
-            call("GET", format!("{base}/stdin"), vec![], "application/json").await?,
-            call(
-                "POST",
-                format!("{base}/stdin?offset=0"),
-                b"x\n".to_vec(),
-                "application/octet-stream",
-            )
-            .await?,
-            call(
-                "POST",
-                format!("{base}/probe"),
-                br#"{"tcpSocket":{"port":1}}"#.to_vec(),
-                "application/json",
-            )
-            .await?,
-            call(
-                "POST",
-                format!("{base}/resize"),
-                br#"{"rows":10,"cols":10}"#.to_vec(),
-                "application/json",
-            )
-            .await?,
+        let (json_ct, bytes_ct) = ("application/json", "application/octet-stream");
+        let running: [(&str, &str, &[u8], &str); 5] = [
+            ("POST", "signal", br#"{"signal":28}"#, json_ct),
+            ("GET", "stdin", b"", json_ct),
+            ("POST", "stdin?offset=0", b"x\n", bytes_ct),
+            ("POST", "probe", br#"{"tcpSocket":{"port":1}}"#, json_ct),
+            ("POST", "resize", br#"{"rows":10,"cols":10}"#, json_ct),
         ];
+        let mut answers = Vec::new();
+        for (method, sub, body, ct) in running {
+            answers.push(call(method, format!("{base}/{sub}"), body.to_vec(), ct).await?);
+        }
         t.until_field("w", "/status/phase", "Exited", 60).await?;
         for q in ["", "follow=true", "previous=true"] {
             let path = sandbox_e2e::follow::log_path(&t.name, "w", q);
