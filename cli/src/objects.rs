@@ -103,14 +103,16 @@ pub async fn run(sb: &Sandbox, r: Run) -> Result<u8, CliError> {
 
 /// Waits for the start (for ever, as `kubectl wait` does without a timeout), saying on stderr
 /// why it waits whenever that changes (a missing pod, a pending one, no agent): not 15 s of
-/// silence for a pod name mistyped.
+/// silence for a pod name mistyped. A start under way (`Starting`) is not remarked on: the
+/// process's own stderr stays alone on ours.
 async fn wait_started_saying(p: &Process) -> Result<(), CliError> {
     let mut told = String::new();
     loop {
         match p.wait_started(Some(STARTED_SAY_AFTER)).await {
             Ok(()) => return Ok(()),
-            Err(sandbox_client::Error::NotStarted { state, .. }) => {
-                if state != told {
+            Err(sandbox_client::Error::NotStarted { state, reason, .. }) => {
+                let starting = reason.as_deref().is_none_or(|r| r == "Starting");
+                if !starting && state != told {
                     eprintln!(
                         "kubectl-sandbox: {} waits to start: {state}",
                         kind_name(p.name())
