@@ -25,7 +25,7 @@ use super::server::Server;
 use super::tls::Peer;
 
 /// Attaching is what `kubectl attach` is to a pod: the rights of a stdin write.
-const NEEDS: Needs = Needs {
+pub(super) const NEEDS: Needs = Needs {
     verb: "update",
     exec: Some("attaching to"),
 };

@@ -17,7 +17,7 @@ use super::server::Server;
 use super::tls::Peer;
 
 /// Reading the output is reading the object.
-const NEEDS: Needs = Needs {
+pub(super) const NEEDS: Needs = Needs {
     verb: "get",
     exec: None,
 };

@@ -119,3 +119,62 @@ pub fn router(server: Arc<Server>) -> Router {
         })
         .with_state(server)
 }
+
+/// What each subresource request needs of its caller beyond RBAC on the subresource itself, as
+/// the handlers check it; docs/logs.md's rights table is held to it (tested below).
+#[cfg(test)]
+const RIGHTS: [(&str, &str, authorization::Needs); 7] = [
+    ("GET", "log", log::NEEDS),
+    ("POST", "signal", signal::NEEDS),
+    ("POST", "stdin", stdin::WRITE_NEEDS),
+    ("GET", "stdin", stdin::READ_NEEDS),
+    ("GET", "attach", attach::NEEDS),
+    ("POST", "resize", resize::NEEDS),
+    ("POST", "probe", probe::NEEDS),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/logs.md's table says, for every request, exactly the rights the code checks: the
+    /// verb on the object, and `create pods/exec` on its pod where (and only where) it is
+    /// checked. A new subresource without its row, or a row that says less, fails here.
+    #[test]
+    fn the_documented_rights_are_the_checked_ones() {
+        let doc = include_str!("../../../docs/logs.md");
+        let rows: Vec<(&str, &str, &str)> = doc
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("| `")?;
+                let (method, rest) = rest.split_once(' ')?;
+                let sub = rest.split("sandboxprocesses/NAME/").nth(1)?;
+                let sub = sub.split(['?', '`', ' ']).next()?;
+                let checked = l.rsplit('|').nth(1)?;
+                Some((method, sub, checked))
+            })
+            .collect();
+        for (method, sub, needs) in RIGHTS {
+            let row = rows
+                .iter()
+                .find(|(m, s, _)| *m == method && *s == sub)
+                .unwrap_or_else(|| panic!("docs/logs.md has no row for {method} …/{sub}"));
+            let checked = row.2;
+            assert!(
+                checked.contains(&format!("`{}`", needs.verb)),
+                "{method} …/{sub}: the docs say {checked:?}, the code checks `{}`",
+                needs.verb
+            );
+            assert_eq!(
+                checked.contains("pods/exec"),
+                needs.exec.is_some(),
+                "{method} …/{sub}: the docs say {checked:?} about pods/exec"
+            );
+        }
+        assert_eq!(
+            rows.len(),
+            RIGHTS.len(),
+            "a row for a request the code does not serve"
+        );
+    }
+}

@@ -11,7 +11,7 @@ use super::server::Server;
 use super::tls::Peer;
 
 /// Dialling inside the pod is what exec could do, not what reading the object allows.
-const NEEDS: Needs = Needs {
+pub(super) const NEEDS: Needs = Needs {
     verb: "get",
     exec: Some("checking a port of"),
 };

@@ -16,7 +16,7 @@ use super::server::Server;
 use super::tls::Peer;
 
 /// A resize shapes the terminal's input, as stdin does: the same rights.
-const NEEDS: Needs = Needs {
+pub(super) const NEEDS: Needs = Needs {
     verb: "update",
     exec: Some("resizing the terminal of"),
 };

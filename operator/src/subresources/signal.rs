@@ -16,7 +16,7 @@ use super::server::Server;
 use super::tls::Peer;
 
 /// A signal can do what `stop` can: end the process.
-const NEEDS: Needs = Needs {
+pub(super) const NEEDS: Needs = Needs {
     verb: "update",
     exec: Some("signalling"),
 };

@@ -17,13 +17,13 @@ use super::server::Server;
 use super::tls::Peer;
 
 /// Where stdin is: reading the object.
-const READ_NEEDS: Needs = Needs {
+pub(super) const READ_NEEDS: Needs = Needs {
     verb: "get",
     exec: None,
 };
 
 /// A write needs the rights of a signal.
-const WRITE_NEEDS: Needs = Needs {
+pub(super) const WRITE_NEEDS: Needs = Needs {
     verb: "update",
     exec: Some("writing the stdin of"),
 };
