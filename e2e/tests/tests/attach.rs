@@ -270,3 +270,51 @@ rules:
     })
     .await;
 }
+
+/// An attach that writes to a stdin closed earlier (EOF sent) while the process runs on is told
+/// so, `StdinUnavailable`, not `StdinOffsetMismatch` (issue 47).
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn writing_a_closed_stdin_through_attach_says_it_is_closed() {
+    with_ns("attach-closed", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let p = t
+            .sandbox
+            .start(
+                Start::new("work", ["sh", "-c", "cat; echo after-eof; sleep 30"])
+                    .id("closed")
+                    .stdin(true),
+            )
+            .await?;
+        p.send_stdin(b"first\n").await?;
+        p.close_stdin().await?;
+        let (mut input, mut out) = p
+            .attach(AttachOptions {
+                stdin: true,
+                ..Default::default()
+            })
+            .await?;
+        read_until(&mut out, b"after-eof\n").await?;
+        input.send(b"late\n").await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let said = loop {
+            ensure!(
+                Instant::now() < deadline,
+                "the attach said nothing of the closed stdin"
+            );
+            match tokio::time::timeout(Duration::from_secs(30), out.next()).await? {
+                Some(Err(e)) => break e.to_string(),
+                Some(Ok(_)) => continue,
+                None => bail!("the attach ended without a word"),
+            }
+        };
+        ensure!(
+            said.contains("StdinUnavailable") && !said.contains("StdinOffsetMismatch"),
+            "{said}"
+        );
+        println!("note: {said}");
+        p.delete().await?;
+        Ok(())
+    })
+    .await;
+}

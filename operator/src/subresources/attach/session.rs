@@ -387,6 +387,20 @@ impl Stdin<'_> {
         })
     }
 
+    /// Whether the process has ended (its record is final, or gone).
+    async fn ended(&self) -> bool {
+        match self
+            .s
+            .agents
+            .get(&self.s.at.agent, &self.s.at.exec_id)
+            .await
+        {
+            Ok(Some(r)) => r.is_final(),
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    }
+
     async fn write(&mut self, data: &[u8], close: bool) -> Result<(), Ended> {
         let start = match self.offset {
             Some(o) => o,
@@ -425,10 +439,15 @@ impl Stdin<'_> {
                     at = st.bytes.max(at);
                     tokio::time::sleep(pause).await;
                 }
-                Err(e) if e.api_code() == Some(ErrorCode::StdinUnavailable) => {
-                    // Ended or closed: the output's end says how; input after it is moot.
-                    self.offset = Some(end);
-                    return Ok(());
+                Err(AgentError::Api { error, .. }) if error.code == ErrorCode::StdinUnavailable => {
+                    // Ended: the output's end says how; input after it is moot. Closed while
+                    // the process runs: said as it is (not as an offset mismatch later).
+                    if self.ended().await {
+                        self.offset = Some(end);
+                        return Ok(());
+                    }
+                    let m = format!("{}: {}", error.code, error.message);
+                    return Err(Ended(failure("Conflict", &m)));
                 }
                 // A terminal writer's offsets are its own: nobody else moves them.
                 Err(AgentError::Api { error, .. })
