@@ -21,6 +21,7 @@ use serde::Deserialize;
 
 use super::authorization::{authorized_process, caller, Needs};
 use super::error::{Result, SubresourceError};
+use super::locate::Located;
 use super::server::Server;
 use super::tls::Peer;
 
@@ -146,6 +147,9 @@ pub async fn attach(
     })?;
     let proto = protocol(&headers)?;
     let at = authorized_process(&server, &user, &namespace, &name, NEEDS).await?;
+    if opts.stdin {
+        stdin_open(&server, &at, &name).await?;
+    }
     if opts.tty == Some(true) && !at.tty {
         return Err(SubresourceError::Conflict(format!(
             "TerminalUnavailable: sandboxprocess \"{name}\" runs without a terminal (spec.tty)"
@@ -163,6 +167,21 @@ pub async fn attach(
         .protocols([proto])
         .max_message_size(MAX_STDIN_WRITE + 1)
         .on_upgrade(move |socket| session::run(socket, s)))
+}
+
+/// An attach that would write stdin is refused up front when stdin was closed (EOF sent) and the
+/// process runs on: its keys would go nowhere. An ended process is attached to (its output and
+/// exit follow); a record that cannot be read now is no reason to refuse.
+async fn stdin_open(server: &Server, at: &Located, name: &str) -> Result<()> {
+    match server.agents.client.get(&at.agent, &at.exec_id).await {
+        Ok(Some(rec)) if !rec.is_final() && rec.stdin.is_some_and(|s| s.closed) => {
+            Err(SubresourceError::Conflict(format!(
+                "StdinUnavailable: the stdin of sandboxprocess \"{name}\" is closed (EOF was \
+                 sent); attach without stdin to read its output"
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -277,7 +277,11 @@ async fn input(s: &Session, mut stream: SplitStream<WebSocket>) -> Option<Ended>
         true => Some(s.opts.stdin_offset.unwrap_or(0)),
         false => s.opts.stdin_offset,
     };
-    let mut idle = Some(Stdin { s, offset });
+    let mut idle = Some(Stdin {
+        s,
+        offset,
+        closed: false,
+    });
     let mut inflight: Option<Inflight<'_>> = None;
     // `close`: the client ended stdin (bytes after it are dropped); `eof_sent`: the agent has it.
     let (mut pending, mut close, mut eof_sent, mut gone) = (Vec::new(), false, false, false);
@@ -369,6 +373,8 @@ async fn frame(
 struct Stdin<'a> {
     s: &'a Session,
     offset: Option<u64>,
+    /// Stdin was found closed (or the process ended): nothing more is written.
+    closed: bool,
 }
 
 impl Stdin<'_> {
@@ -387,21 +393,10 @@ impl Stdin<'_> {
         })
     }
 
-    /// Whether the process has ended (its record is final, or gone).
-    async fn ended(&self) -> bool {
-        match self
-            .s
-            .agents
-            .get(&self.s.at.agent, &self.s.at.exec_id)
-            .await
-        {
-            Ok(Some(r)) => r.is_final(),
-            Ok(None) => true,
-            Err(_) => false,
-        }
-    }
-
     async fn write(&mut self, data: &[u8], close: bool) -> Result<(), Ended> {
+        if self.closed {
+            return Ok(());
+        }
         let start = match self.offset {
             Some(o) => o,
             None => self.state().await?.bytes,
@@ -439,15 +434,13 @@ impl Stdin<'_> {
                     at = st.bytes.max(at);
                     tokio::time::sleep(pause).await;
                 }
-                Err(AgentError::Api { error, .. }) if error.code == ErrorCode::StdinUnavailable => {
-                    // Ended: the output's end says how; input after it is moot. Closed while
-                    // the process runs: said as it is (not as an offset mismatch later).
-                    if self.ended().await {
-                        self.offset = Some(end);
-                        return Ok(());
-                    }
-                    let m = format!("{}: {}", error.code, error.message);
-                    return Err(Ended(failure("Conflict", &m)));
+                Err(e) if e.api_code() == Some(ErrorCode::StdinUnavailable) => {
+                    // Ended, or closed meanwhile (the process closed it, or another writer sent
+                    // EOF): the output goes on and says how it ends; input after it is moot, as
+                    // `kubectl exec -i` drops input a process no longer reads. Nothing more is
+                    // sent, so no later write or EOF lands past stdin's end.
+                    self.closed = true;
+                    return Ok(());
                 }
                 // A terminal writer's offsets are its own: nobody else moves them.
                 Err(AgentError::Api { error, .. })

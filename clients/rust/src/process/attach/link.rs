@@ -318,14 +318,20 @@ impl Task {
             if self.base.is_some() {
                 self.trim().await;
             }
-            match Link::open(&self.p, &self.at, self.received, self.base).await {
+            // Stdin closed (the EOF taken): attach for the output alone (an attach with stdin
+            // to a closed one is refused).
+            let stdin = match self.closing && self.unacked.is_empty() {
+                true if self.ask().await.is_ok_and(|s| s.closed) => None,
+                _ => self.base,
+            };
+            match Link::open(&self.p, &self.at, self.received, stdin).await {
                 Ok(mut l) => {
                     let mut resent = true;
                     for chunk in self.unacked.chunks(MAX_STDIN_WRITE) {
                         resent = resent && l.send(Frame::Stdin(chunk)).await;
                     }
                     resent = resent
-                        && (!self.closing || l.send(Frame::Close(STDIN)).await)
+                        && (!self.closing || stdin.is_none() || l.send(Frame::Close(STDIN)).await)
                         && match self.size {
                             Some(s) => l.send(Frame::Resize(s)).await,
                             None => true,
