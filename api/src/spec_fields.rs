@@ -15,6 +15,9 @@ use std::sync::OnceLock;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::CustomResourceExt;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::crd::SandboxProcess;
@@ -31,39 +34,95 @@ pub fn spec_schema() -> &'static Value {
 /// The part of a field set (`fieldsV1`, under `f:spec`) that `schema` does not know, as a field
 /// set of the same shape; `None` when it knows all of it.
 pub fn unknown_part(fields: &Value, schema: &Value) -> Option<Value> {
-    /// The schema of a node that may hold anything (nothing below it is checked).
-    static ANY: Value = Value::Null;
     let fields = fields.as_object()?;
-    if schema["x-kubernetes-preserve-unknown-fields"] == Value::Bool(true) {
-        return None;
-    }
     let mut out = Map::new();
     for (key, sub) in fields {
-        let child: Option<&Value> = if let Some(name) = key.strip_prefix("f:") {
-            match (&schema["properties"][name], &schema["additionalProperties"]) {
-                (Value::Null, any @ Value::Object(_)) => Some(any),
-                (Value::Null, Value::Bool(true)) => Some(&ANY),
-                (Value::Null, _) => None,
-                (known, _) => Some(known),
-            }
-        } else if ["k:", "v:", "i:"].iter().any(|p| key.starts_with(p)) {
-            Some(&schema["items"])
-        } else {
-            continue; // ".": the node itself
-        };
-        match child {
-            Some(Value::Null) => {}
-            Some(s) => {
+        match child(schema, key) {
+            Child::Skip => {}
+            Child::Known(s) => {
                 if let Some(u) = unknown_part(sub, s) {
                     out.insert(key.clone(), u);
                 }
             }
-            None => {
+            Child::Unknown => {
                 out.insert(key.clone(), sub.clone());
             }
         }
     }
     (!out.is_empty()).then_some(Value::Object(out))
+}
+
+/// What a key of a field set is to `schema`.
+enum Child<'a> {
+    /// Nothing to check below it: the node itself (`.`), a map of anything, a node that keeps
+    /// unknown fields.
+    Skip,
+    /// A field (or list item) with this schema.
+    Known(&'a Value),
+    /// A field this schema does not have.
+    Unknown,
+}
+
+fn child<'a>(schema: &'a Value, key: &str) -> Child<'a> {
+    if key == "." || schema["x-kubernetes-preserve-unknown-fields"] == Value::Bool(true) {
+        return Child::Skip;
+    }
+    let known = if let Some(name) = key.strip_prefix("f:") {
+        match (&schema["properties"][name], &schema["additionalProperties"]) {
+            (Value::Null, any @ Value::Object(_)) => any,
+            (Value::Null, Value::Bool(true)) => return Child::Skip,
+            (Value::Null, _) => return Child::Unknown,
+            (known, _) => known,
+        }
+    } else if ["k:", "v:", "i:"].iter().any(|p| key.starts_with(p)) {
+        &schema["items"]
+    } else {
+        return Child::Skip;
+    };
+    match known {
+        Value::Null => Child::Skip,
+        s => Child::Known(s),
+    }
+}
+
+/// [`unknown_part`] read straight from the JSON (the watch's `managedFields`): the known part of
+/// the set is walked, never built; only an unknown part (nearly never) becomes a value.
+pub struct UnknownPart<'a>(pub &'a Value);
+
+impl<'de> DeserializeSeed<'de> for UnknownPart<'_> {
+    type Value = Option<Value>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Value>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for UnknownPart<'_> {
+    type Value = Option<Value>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a field set")
+    }
+    fn visit_unit<E>(self) -> Result<Option<Value>, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Option<Value>, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = m.next_key::<String>()? {
+            match child(self.0, &key) {
+                Child::Skip => {
+                    m.next_value::<IgnoredAny>()?;
+                }
+                Child::Known(s) => {
+                    if let Some(u) = m.next_value_seed(UnknownPart(s))? {
+                        out.insert(key, u);
+                    }
+                }
+                Child::Unknown => {
+                    out.insert(key, m.next_value()?);
+                }
+            }
+        }
+        Ok((!out.is_empty()).then_some(Value::Object(out)))
+    }
 }
 
 /// A field set's fields as dotted paths from `prefix` (`spec.securityContext.runAsNonRoot`;
@@ -161,5 +220,23 @@ mod tests {
             &mut p,
         );
         assert_eq!(p, ["spec.env[].valueFrom.vaultRef"]);
+    }
+
+    /// Read straight from JSON, a set gives what the walk of its value gives.
+    #[test]
+    fn the_streaming_read_is_the_walk() {
+        for set in [
+            json!({"f:command": {}, "f:podName": {}}),
+            json!({"f:command": {}, "f:seccomp": {".": {}, "f:profile": {}},
+                "f:securityContext": {".": {}, "f:runAsNonRoot": {}, "f:capabilities": {}}}),
+            json!({"f:env": {"k:{\"name\":\"A\"}": {".": {}, "f:valueFrom": {"f:vaultRef": {}}}}}),
+            json!({"f:podSelector": {"f:matchLabels": {"f:any": {}}}}),
+            json!({}),
+        ] {
+            let text = serde_json::to_string(&set).unwrap();
+            let mut d = serde_json::Deserializer::from_str(&text);
+            let read = UnknownPart(spec_schema()).deserialize(&mut d).unwrap();
+            assert_eq!(read, unknown_part(&set, spec_schema()), "{set}");
+        }
     }
 }

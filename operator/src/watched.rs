@@ -83,6 +83,7 @@ impl<'de> Deserialize<'de> for UnknownSpec {
             #[serde(default, rename = "fieldsV1")]
             fields: SpecSet,
         }
+        /// The unknown part of the entry's `f:spec` set (its known part walked, not built).
         #[derive(Default)]
         struct SpecSet(Option<serde_json::Value>);
         impl<'de> Deserialize<'de> for SpecSet {
@@ -93,16 +94,20 @@ impl<'de> Deserialize<'de> for UnknownSpec {
                     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                         f.write_str("a field set")
                     }
+                    fn visit_unit<E>(self) -> Result<SpecSet, E> {
+                        Ok(SpecSet(None))
+                    }
                     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<SpecSet, A::Error> {
-                        let mut spec = None;
+                        let mut unknown = None;
                         while let Some(k) = m.next_key::<String>()? {
                             if k == "f:spec" {
-                                spec = Some(m.next_value()?);
+                                let seed = spec_fields::UnknownPart(spec_fields::spec_schema());
+                                unknown = m.next_value_seed(seed)?;
                             } else {
                                 m.next_value::<IgnoredAny>()?;
                             }
                         }
-                        Ok(SpecSet(spec))
+                        Ok(SpecSet(unknown))
                     }
                 }
                 d.deserialize_any(V)
@@ -112,8 +117,7 @@ impl<'de> Deserialize<'de> for UnknownSpec {
         let kept: Vec<ManagedFieldsEntry> = entries
             .into_iter()
             .filter_map(|e| {
-                let spec = e.fields.0?;
-                let unknown = spec_fields::unknown_part(&spec, spec_fields::spec_schema())?;
+                let unknown = e.fields.0?;
                 Some(ManagedFieldsEntry {
                     manager: e.manager,
                     fields_type: Some("FieldsV1".into()),
