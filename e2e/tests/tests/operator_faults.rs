@@ -168,21 +168,40 @@ async fn a_field_of_a_newer_release_refuses_the_start_after_a_rollback() {
         let crds: Api<CustomResourceDefinition> = Api::all(t.client.clone());
         let name = "sandboxprocesses.sandbox.dev";
         let orig = crds.get(name).await?;
-        let mut newer = orig.clone();
-        let spec = &mut newer.spec.versions[0].schema.as_mut().unwrap();
-        let props = spec
-            .open_api_v3_schema
-            .as_mut()
-            .unwrap()
-            .properties
-            .as_mut()
-            .unwrap();
-        let spec_schema = props.get_mut("spec").unwrap();
-        spec_schema.properties.as_mut().unwrap().insert(
-            "futureRestriction".into(),
-            serde_json::from_value(json!({"type": "boolean"}))?,
-        );
-        crds.replace(name, &PostParams::default(), &newer).await?;
+        // The operator may write the CRD too (at its start): a replace that lost the race is
+        // tried again on the newest version.
+        let replace = |with_field: bool| {
+            let (crds, orig) = (crds.clone(), orig.clone());
+            async move {
+                for _ in 0..20 {
+                    let mut crd = crds.get(name).await?;
+                    crd.spec = orig.spec.clone();
+                    if with_field {
+                        let v = &mut crd.spec.versions[0];
+                        let root = v
+                            .schema
+                            .as_mut()
+                            .unwrap()
+                            .open_api_v3_schema
+                            .as_mut()
+                            .unwrap();
+                        let spec = root.properties.as_mut().unwrap().get_mut("spec").unwrap();
+                        spec.properties.as_mut().unwrap().insert(
+                            "futureRestriction".into(),
+                            serde_json::from_value(json!({"type": "boolean"}))?,
+                        );
+                    }
+                    match crds.replace(name, &PostParams::default(), &crd).await {
+                        Err(kube::Error::Api(e)) if e.code == 409 => {
+                            tokio::time::sleep(Duration::from_millis(200)).await
+                        }
+                        r => return r.map(|_| ()).map_err(anyhow::Error::from),
+                    }
+                }
+                anyhow::bail!("the CRD kept changing under the replace")
+            }
+        };
+        replace(true).await?;
         let applied = async {
             let o = sbp(
                 "guarded",
@@ -206,9 +225,7 @@ async fn a_field_of_a_newer_release_refuses_the_start_after_a_rollback() {
         }
         .await;
         // The rollback of the CRD, whatever happened above.
-        let mut back = crds.get(name).await?;
-        back.spec = orig.spec.clone();
-        crds.replace(name, &PostParams::default(), &back).await?;
+        replace(false).await?;
         applied?;
         for i in 0.. {
             let got: Value =
