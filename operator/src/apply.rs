@@ -191,7 +191,10 @@ fn judged(
         // process, perhaps in a pod replaced since (on another node). Started there, as far as
         // this reconcile is concerned (the record tells how it is, or that its pod is gone), or
         // the process would run twice.
-        match ctx.agents.held_anywhere(uid) {
+        match ctx
+            .agents
+            .held_anywhere(uid, obj.metadata.creation_timestamp.as_ref())
+        {
             Anywhere::Held { node, record } => {
                 info!(pod_uid = %record.pod_uid, node = ?node, "an agent already holds this process (an earlier start); taken as started there");
                 prev.target_pod_uid = Some(record.pod_uid.clone());

@@ -119,6 +119,7 @@ pub async fn run(
     .map_ok(watched::pods)
     .reflect(pod_writer)
     .touched_objects();
+    agents.begin_leading();
     let watches = tokio::spawn(agents.clone().run_watches());
     let (sweeper_agents, sweep_every) = (agents.clone(), settings.orphan_sweep);
     let reporter = Reporter {

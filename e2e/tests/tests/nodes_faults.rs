@@ -468,6 +468,13 @@ async fn dead_leader(t: &TestNs) -> Result<()> {
             .take(120)
             .collect();
         println!("note: the next leader found dl-1 on node 3's agent: {msg}");
+    } else {
+        // What the next leader saw of the agents: the only account of why it judged as it did.
+        let logs = ["-n", NS, "logs", "-l", OPS, "--tail=80"];
+        let out = cmd::kubectl(&logs)
+            .await
+            .unwrap_or_else(|e| format!("{e:#}"));
+        m.0.push(format!("the operator's log:\n{out}"));
     }
     m.done()
 }

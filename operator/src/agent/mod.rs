@@ -35,6 +35,9 @@ pub struct Agents {
     missing: Mutex<HashMap<String, Time>>,
     /// Exec ids whose record changed.
     notify: mpsc::UnboundedSender<String>,
+    /// Since when this replica leads (monotonic, and wall clock to compare with objects'
+    /// creation): objects created later cannot have been started by an earlier leader.
+    leading: Mutex<Option<(std::time::Instant, Timestamp)>>,
 }
 
 fn now() -> Time {
@@ -57,7 +60,17 @@ impl Agents {
             state: Mutex::new(HashMap::new()),
             missing: Mutex::new(HashMap::new()),
             notify,
+            leading: Mutex::new(None),
         })
+    }
+
+    /// This replica leads from now on (it leads once: losing the lease ends the process).
+    pub fn begin_leading(&self) {
+        *self.leading.lock().unwrap() = Some((std::time::Instant::now(), Timestamp::now()));
+    }
+
+    fn leading(&self) -> Option<(std::time::Instant, Timestamp)> {
+        *self.leading.lock().unwrap()
     }
 }
 
@@ -127,7 +140,7 @@ mod tests {
 
     /// The node and pod of the record an agent holds for `id`.
     fn held_where(a: &Agents, id: &str) -> Option<(String, String)> {
-        match a.held_anywhere(id) {
+        match a.held_anywhere(id, None) {
             Anywhere::Held { node, record } => Some((node.unwrap_or_default(), record.pod_uid)),
             _ => None,
         }
@@ -141,42 +154,67 @@ mod tests {
         ]);
         let (u1, u3) = ("http://10.0.0.5:9443", "http://10.0.0.7:9443");
         // Found, not watched yet: a new leader waits for it.
-        assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown);
+        assert_eq!(a.held_anywhere("x", None), Anywhere::NotYetKnown);
         let mut pass1 = Pass::new();
         let mut pass3 = Pass::new();
         a.apply(u1, WatchEvent::Synced, &mut pass1);
-        assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown, "n3 not synced");
+        assert_eq!(
+            a.held_anywhere("x", None),
+            Anywhere::NotYetKnown,
+            "n3 not synced"
+        );
         // n3 holds x (an earlier leader's start), in pod "p".
         a.apply(u3, upsert("x", 1), &mut pass3);
         assert_eq!(held_where(&a, "x"), Some(("n3".into(), "p".into())));
         a.apply(u3, WatchEvent::Synced, &mut pass3);
         assert_eq!(held_where(&a, "x"), Some(("n3".into(), "p".into())));
-        assert_eq!(a.held_anywhere("y"), Anywhere::Nowhere);
+        assert_eq!(a.held_anywhere("y", None), Anywhere::Nowhere);
         // A final, reported process is released: its object's status says where it ran.
         a.release("x");
-        assert_eq!(a.held_anywhere("x"), Anywhere::Nowhere);
+        assert_eq!(a.held_anywhere("x", None), Anywhere::Nowhere);
         // An agent that went unreachable after its sync: what it held then still answers.
         a.apply(u3, upsert("z", 1), &mut pass3);
         a.mark_unreachable(u3, "connect failed");
-        assert!(matches!(a.held_anywhere("z"), Anywhere::Held { .. }));
-        assert_eq!(a.held_anywhere("w"), Anywhere::Nowhere);
+        assert!(matches!(a.held_anywhere("z", None), Anywhere::Held { .. }));
+        assert_eq!(a.held_anywhere("w", None), Anywhere::Nowhere);
         // One whose watch failed before any sync (our own TLS not loaded yet, say) is waited for
         // (for how long: `waited_for`).
         let (a, _rx) = agents(vec![agent_pod("a1", "n1", "Running", Some("10.0.0.5"))]);
         a.mark_unreachable(u1, "connect failed");
-        assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown);
+        assert_eq!(a.held_anywhere("x", None), Anywhere::NotYetKnown);
         // The agent pods not listed yet (a new leader's first moments): nothing is known.
         let w: Writer<Pod> = Writer::default();
         let (tx, _rx) = mpsc::unbounded_channel();
         let client = AgentClient::plain("/nonexistent".into()).unwrap();
         let a = Agents::new(client, None, Some(w.as_reader()), 9443, tx);
-        assert_eq!(a.held_anywhere("x"), Anywhere::NotYetKnown);
-        // Without our TLS material no start can be sent: not waited for (the failed start says
-        // why in the status).
+        assert_eq!(a.held_anywhere("x", None), Anywhere::NotYetKnown);
+        // Without our TLS material no agent can be asked: waited for in our first minute of
+        // leading, then not (the failed start says why in the status).
         let (tx, _rx) = mpsc::unbounded_channel();
         let client = AgentClient::tls("/nonexistent".into(), "ns".into());
         let a = Agents::new(client, Some("https://a:1".into()), None, 9443, tx);
-        assert_eq!(a.held_anywhere("x"), Anywhere::Nowhere);
+        assert_eq!(a.held_anywhere("x", None), Anywhere::Nowhere);
+        a.begin_leading();
+        assert_eq!(a.held_anywhere("x", None), Anywhere::NotYetKnown);
+    }
+
+    /// An object created after this replica began leading was never seen by an earlier leader:
+    /// nothing to look for, no agent to wait on. One created before (or within the margin) is.
+    #[tokio::test]
+    async fn objects_born_under_this_leader_are_not_looked_for() {
+        let (a, _rx) = agents(vec![agent_pod("a1", "n1", "Running", Some("10.0.0.5"))]);
+        a.begin_leading();
+        let at = |d: i64| {
+            let now = Timestamp::now().as_second();
+            Time(Timestamp::from_second(now + d).unwrap())
+        };
+        // n1 not watched yet.
+        assert_eq!(
+            a.held_anywhere("x", Some(&at(-3600))),
+            Anywhere::NotYetKnown
+        );
+        assert_eq!(a.held_anywhere("x", Some(&at(1))), Anywhere::NotYetKnown);
+        assert_eq!(a.held_anywhere("x", Some(&at(6))), Anywhere::Nowhere);
     }
 
     #[tokio::test]

@@ -72,19 +72,16 @@ pub(super) struct AgentState {
     /// Its watch has synced once since we started: `records` holds what it held then, also
     /// while it is unreachable now.
     ever_synced: bool,
-    /// When its watch last failed (see [`waited_for`]).
-    last_failure: Option<Instant>,
 }
 
 /// Whether a start waits for an agent's watch before judging where its process already is: an
-/// agent never synced since we started is waited for [`SYNC_WAIT`] from when we could first ask
-/// it (its watch began, our trust material loaded); after that it is taken to be down if its
-/// watch has failed since (refused, or no connection within 3 s: a partitioned node), and
-/// waited for up to [`SLOW_SYNC_WAIT`] if not: its first list is on its way (a loaded node).
+/// agent never synced since we started is waited for up to [`SYNC_WAIT`] from when we could
+/// first ask it (its watch began, our trust material loaded), whether its watch failed meanwhile
+/// or is only slow: a watch refused or dropped at first is as likely a new replica not yet let in
+/// (its network policy, its certificate) as a down node.
 fn waited_for(
     ever_synced: bool,
     watching_since: Option<Instant>,
-    last_failure: Option<Instant>,
     usable: Instant,
     now: Instant,
 ) -> bool {
@@ -92,21 +89,21 @@ fn waited_for(
         return false;
     }
     let began = watching_since.map_or(now, |t| t.max(usable));
-    let waited = now.saturating_duration_since(began);
-    let failed = last_failure.is_some_and(|t| t >= began);
-    waited < SYNC_WAIT || (!failed && waited < SLOW_SYNC_WAIT)
+    now.saturating_duration_since(began) < SYNC_WAIT
 }
 
-/// How long a start waits for an agent's watch to sync before judging without it
-/// ([`Agents::held_anywhere`]): a new leader's first list of every agent takes well under this.
-/// The bound this leaves (docs/architecture.md, "a process starts in one pod only, once"): an
-/// agent unreachable for all of it, holding a start whose leader went before any status, is
-/// taken to be down, and a pod re-created on another node could then start the process again.
-const SYNC_WAIT: Duration = Duration::from_secs(10);
-/// How long an agent whose watch has not failed is waited for: taking a slow agent for a down
-/// one started a process a second time in CI (a new leader, a start whose status an earlier
-/// leader never wrote, its pod re-created on another node).
-const SLOW_SYNC_WAIT: Duration = Duration::from_secs(60);
+/// How long a start of an object older than our leadership waits for an agent's watch to sync
+/// (or for our trust material) before judging without it ([`Agents::held_anywhere`]): a new
+/// leader's first list of every agent takes well under this. The bound this leaves
+/// (docs/architecture.md, "a process starts in one pod only, once"): an agent unreachable for all
+/// of it, holding a start whose leader went before any status, is taken to be down, and a pod
+/// re-created on another node could then start the process again. Taking an agent for down after
+/// 10 s started a process twice in CI twice (2026-12-05, 2026-12-06).
+const SYNC_WAIT: Duration = Duration::from_secs(60);
+
+/// Objects created this long after our leadership began were never seen by an earlier leader
+/// (a margin for the creation time's whole seconds and the clocks' skew).
+const BORN_MARGIN_SECONDS: i64 = 5;
 
 /// Whether any agent holds a process of an exec id, from the watch caches.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,19 +134,32 @@ impl Agents {
         }
     }
 
-    /// Looks for exec id `id` in every agent's watch cache (the agents' pods as now known).
-    pub fn held_anywhere(&self, id: &str) -> Anywhere {
-        // Our trust material is not loaded: no start can be sent either, and the attempt puts
-        // the reason in the status (waiting here would leave the object without any).
+    /// Looks for exec id `id` in every agent's watch cache (the agents' pods as now known), for
+    /// an object created at `created`: one created after our leadership began cannot have been
+    /// started by an earlier leader, and is not looked for (nor waited on).
+    pub fn held_anywhere(&self, id: &str, created: Option<&Time>) -> Anywhere {
+        let leading = self.leading();
+        if let (Some(c), Some((_, wall))) = (created, leading) {
+            if c.0.as_second() >= wall.as_second().saturating_add(BORN_MARGIN_SECONDS) {
+                return Anywhere::Nowhere;
+            }
+        }
+        let now = Instant::now();
         let Some(usable) = self.client.usable_since() else {
-            return Anywhere::Nowhere;
+            // No agent can be asked, nor any start sent: waited for a while, then the attempt
+            // puts the reason in the status (waiting on would leave the object without any).
+            let waited = leading.map_or(SYNC_WAIT, |(t, _)| now.saturating_duration_since(t));
+            return if waited < SYNC_WAIT {
+                Anywhere::NotYetKnown
+            } else {
+                Anywhere::Nowhere
+            };
         };
         if !self.agents_listed() {
             return Anywhere::NotYetKnown;
         }
         let serving = self.serving();
         let state = self.state.lock().unwrap();
-        let now = Instant::now();
         let mut unsure = false;
         for (node, url) in serving {
             let Some(s) = state.get(&url) else {
@@ -162,7 +172,7 @@ impl Agents {
                     record: k.record.clone(),
                 };
             }
-            unsure |= waited_for(s.ever_synced, s.watching_since, s.last_failure, usable, now);
+            unsure |= waited_for(s.ever_synced, s.watching_since, usable, now);
         }
         if unsure {
             Anywhere::NotYetKnown
@@ -271,7 +281,6 @@ impl Agents {
         let mut backoff = Duration::from_millis(250);
         loop {
             let r = self.watch_once(&url).await;
-            let failed = r.is_err();
             match r {
                 Ok(()) => {
                     debug!(agent = %url, "watch stream ended");
@@ -293,9 +302,6 @@ impl Agents {
                 let mut state = self.state.lock().unwrap();
                 let s = state.entry(url.clone()).or_default();
                 s.synced = false;
-                if failed {
-                    s.last_failure = Some(Instant::now());
-                }
                 s.records.keys().cloned().collect()
             };
             // Let the processes of this agent look again (their state is now unknown).
@@ -442,22 +448,17 @@ mod tests {
     fn agents_never_synced_are_waited_for_a_while_from_when_they_could_be_asked() {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
-        let failed = Some(s(1));
         // Synced once: its records (kept while it is down) are the answer; never waited for.
-        assert!(!waited_for(true, Some(t0), None, t0, s(1)));
-        // Its watch began 3 s ago: waited for; 10 s after, taken to be down if it failed.
-        assert!(waited_for(false, Some(t0), failed, t0, s(3)));
-        assert!(!waited_for(false, Some(t0), failed, t0, s(10)));
-        // Our TLS loaded late (its watch failing until then): counted from that moment, and a
-        // failure before it does not count.
-        assert!(waited_for(false, Some(t0), failed, s(12), s(15)));
-        assert!(waited_for(false, Some(t0), failed, s(12), s(22)));
-        assert!(!waited_for(false, Some(t0), Some(s(13)), s(12), s(22)));
-        // No failure: its first list is on its way; waited for up to a minute.
-        assert!(waited_for(false, Some(t0), None, t0, s(59)));
-        assert!(!waited_for(false, Some(t0), None, t0, s(60)));
+        assert!(!waited_for(true, Some(t0), t0, s(1)));
+        // Its watch began 3 s ago, failing or not: waited for, up to a minute.
+        assert!(waited_for(false, Some(t0), t0, s(3)));
+        assert!(waited_for(false, Some(t0), t0, s(59)));
+        assert!(!waited_for(false, Some(t0), t0, s(60)));
+        // Our TLS loaded late (its watch failing until then): counted from that moment.
+        assert!(waited_for(false, Some(t0), s(12), s(71)));
+        assert!(!waited_for(false, Some(t0), s(12), s(72)));
         // Found but not watched yet.
-        assert!(waited_for(false, None, None, t0, s(60)));
+        assert!(waited_for(false, None, t0, s(60)));
     }
 
     #[test]
