@@ -451,10 +451,11 @@ pub fn table(items: &[Object], with_namespace: bool, wide: bool) -> String {
         if wide {
             let none = || "<none>".to_string();
             row.push(s.node_name.clone().unwrap_or_else(none));
+            // The container it ran in; before the start, the one asked for, if any.
             row.push(
-                o.spec
-                    .container
+                s.container_name
                     .clone()
+                    .or_else(|| o.spec.container.clone().filter(|c| !c.is_empty()))
                     .unwrap_or_else(|| "<default>".into()),
             );
             row.push(s.pid.map(|p| p.to_string()).unwrap_or_else(none));
@@ -556,7 +557,7 @@ mod tests {
             &cols[..8],
             ["ns", "p", "web", "Exited", "False", "0", "3", "Exited"]
         );
-        let t = table(&[o], false, true);
+        let t = table(std::slice::from_ref(&o), false, true);
         assert!(
             t.lines()
                 .next()
@@ -569,6 +570,17 @@ mod tests {
                 .nth(1)
                 .unwrap()
                 .ends_with("n1     <default>   <none>   <none>      sh -c 'echo hi'"),
+            "{t}"
+        );
+        // Once started, the container it ran in, also when the spec left it to the pod.
+        let mut o = o;
+        o.status.get_or_insert_with(Default::default).container_name = Some("main".into());
+        let t = table(&[o], false, true);
+        assert!(
+            t.lines()
+                .nth(1)
+                .unwrap()
+                .contains(" n1     main        <none> "),
             "{t}"
         );
     }

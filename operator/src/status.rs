@@ -309,6 +309,7 @@ fn carried_over(f: &Facts<'_>, started_in: &str) -> SandboxProcessStatus {
         node_name,
         pod_uid: Some(started_in.to_string()),
         target_pod_uid: prev.target_pod_uid.clone().or(Some(started_in.to_string())),
+        container_name: prev.container_name.clone(),
         container_id: prev.container_id.clone(),
         pid: prev.pid,
         started_at: prev.started_at.clone(),

@@ -35,6 +35,10 @@ pub struct SandboxProcessStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "targetPodUID")]
     pub target_pod_uid: Option<String>,
+    /// Name of the container the process runs in: `spec.container`, or the pod's default
+    /// container when that is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_name: Option<String>,
     /// Runtime ID of the container the process runs in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "containerID")]

@@ -7,6 +7,9 @@ pub(super) fn record_parts(s: &mut SandboxProcessStatus, r: &ProcessRecord, outp
     if !r.container_id.is_empty() {
         s.container_id = Some(r.container_id.clone());
     }
+    if !r.container.is_empty() {
+        s.container_name = Some(r.container.clone());
+    }
     s.pid = r.pid.or(s.pid);
     s.started_at = parse_time(r.started_at.as_deref()).or(s.started_at.take());
     s.ready_at = parse_time(r.ready_at.as_deref()).or(s.ready_at.take());
@@ -137,15 +140,34 @@ fn ended(
         let code = ErrorCode::from_wire(e.code).unwrap_or(ErrorCode::ProcessSpawnFailed);
         return failed(s, code, e.message.clone());
     }
+    // Ended during a restart's back-off: no run in progress, so no exit of its own; the last
+    // run's end stays in `lastExit` (docs/restarts.md).
+    let between_runs = match (&s.exit, &r.last_exit) {
+        (None, Some(l)) => format!(
+            " while it waited to be restarted (back-off; the last run {})",
+            describe_exit(&l.exit, Some(l.end_reason.into()))
+        ),
+        _ => String::new(),
+    };
     if s.end_reason == Some(EndReason::ContainerExited) {
         let message = match &s.exit {
             Some(e) => format!(
                 "the container exited under the process ({})",
                 describe_exit(e, None)
             ),
+            None if !between_runs.is_empty() => format!("the container exited{between_runs}"),
             None => "the container exited under the process".into(),
         };
         return stale_handle(s, EndReason::ContainerExited, message, now);
+    }
+    if s.exit.is_none() && s.end_reason == Some(EndReason::Stopped) && !between_runs.is_empty() {
+        s.phase = Some(Phase::Exited);
+        let message = format!("stopped on request{between_runs}");
+        let outcome = Outcome::Stopped { message };
+        if readiness && !(r.ready || s.ready_at.is_some()) {
+            return (s, before_ready(outcome, r.readiness_timed_out));
+        }
+        return (s, outcome);
     }
     let Some(e) = s.exit.clone() else {
         // An exited record always carries its exit; be safe rather than invent one.
