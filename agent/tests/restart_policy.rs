@@ -114,7 +114,8 @@ async fn on_failure_runs_again_with_a_growing_back_off_until_stopped() {
     assert_eq!(prev, "run 4\n");
     let all = text(&f.agent.logs(&id, "").await, None);
     assert_eq!(all, "run 1\nrun 2\nrun 3\nrun 4\n");
-    // A stop ends the back-off at once, for good: the last exit stays the process's.
+    // A stop ends the back-off at once, for good: no run was in progress, so no exit of its
+    // own; the last run's end stays in lastExit.
     let asked = Instant::now();
     let (s, v) = f.agent.signal(&id, json!({"stop": true})).await;
     assert_eq!(s, 200, "{v}");
@@ -125,7 +126,8 @@ async fn on_failure_runs_again_with_a_growing_back_off_until_stopped() {
         asked.elapsed()
     );
     assert_eq!(done.end_reason, Some(EndReason::Stopped));
-    assert_eq!(done.exit.map(|e| e.code), Some(3));
+    assert_eq!(done.exit, None, "{done:?}");
+    assert_eq!(done.last_exit.map(|l| l.exit.code), Some(3));
     assert_eq!(done.restart_count, 3);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let all = text(&f.agent.logs(&id, "").await, None);

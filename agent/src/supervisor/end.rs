@@ -81,10 +81,12 @@ impl Supervisor {
         (exit, reason)
     }
 
-    /// The process has ended for good: the final record.
-    pub(super) fn finish(&mut self, exit: ExitStatus, reason: EndReason) -> Result<()> {
+    /// The process has ended for good: the final record. `exit`: how the run in progress ended;
+    /// `None` when none was (an end during a restart's back-off: the last run's end stays in
+    /// `lastExit`, and is not passed off as this end's).
+    pub(super) fn finish(&mut self, exit: Option<ExitStatus>, reason: EndReason) -> Result<()> {
         self.rec.phase = Phase::Exited;
-        self.rec.exit = Some(exit);
+        self.rec.exit = exit;
         self.rec.end_reason = Some(reason);
         self.rec.backoff_until = None;
         self.rec.finished_at = Some(rfc3339(now_nanos()));

@@ -38,11 +38,13 @@ impl Supervisor {
             self.supervise_run(&mut buf)?;
             let (exit, reason) = self.end_run();
             if !self.restarts_after(&exit, reason) {
-                return self.finish(exit, reason);
+                return self.finish(Some(exit), reason);
             }
-            let until = self.begin_backoff(exit.clone(), reason)?;
+            let until = self.begin_backoff(exit, reason)?;
             if let Some(reason) = self.wait_out_backoff(until)? {
-                return self.finish(exit, reason);
+                // No run in progress: no exit of its own (docs/restarts.md, "An end during
+                // the back-off").
+                return self.finish(None, reason);
             }
             self.next_run()?;
         }

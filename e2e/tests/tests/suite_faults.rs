@@ -523,10 +523,13 @@ async fn a_restart_comes_at_its_time_across_an_agent_pod_deletion() {
         }
         assert_eq!(field(&o, "/status/output/tail"), "run\n".repeat(4), "one line per run");
         assert_eq!(cond(&o, "Reconciling"), "True/BackOff");
-        // stop during a back-off: Exited at once, the count and the last exit kept.
+        // stop during a back-off: Exited at once, no exit of its own (no run was in progress),
+        // the count and the last exit kept.
         t.sbps().patch("flaky", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"stop": true}}))).await?;
         let o = t.until_field("flaky", "/status/phase", "Exited", 15).await?;
-        assert_eq!(exit_of(&o), "3//Stopped");
+        assert_eq!(exit_of(&o), "//Stopped");
+        assert_eq!(field(&o, "/status/lastExit/exit/code"), "3");
+        assert_eq!(cond(&o, "Succeeded"), "False/Stopped");
         assert_eq!(field(&o, "/status/restartCount"), "3");
         println!("note: restarts after exit 3 came {gaps:?} s apart, the agent pod deleted in the first back-off");
         Ok(())

@@ -358,16 +358,9 @@ fn running_without_readiness_is_ready() {
     assert!(is_started(&s));
 }
 
-/// A run ended and the next waits out its back-off: still Running, not ready, reconciling with
-/// reason BackOff (kstatus InProgress, as a container in CrashLoopBackOff), the count and the
-/// previous run's end in the status; the next run makes it ready again.
-#[test]
-fn back_off_is_running_not_ready_with_the_last_exit() {
-    let mut r = record(wire::Phase::Running);
-    r.ready = true;
-    r.restart_count = 2;
-    r.backoff_until = Some("2027-01-15T08:00:40Z".into());
-    r.last_exit = Some(wire::RunEnd {
+/// The previous run's end in a record: exit code 3, 20 s after its start.
+fn last_run_exited_3() -> wire::RunEnd {
+    wire::RunEnd {
         exit: wire::ExitStatus {
             code: 3,
             signal: None,
@@ -378,7 +371,19 @@ fn back_off_is_running_not_ready_with_the_last_exit() {
         finished_at: "2027-01-15T08:00:20.5Z".into(),
         output_from: "c0.0.0".into(),
         output_until: "c1.1.0".into(),
-    });
+    }
+}
+
+/// A run ended and the next waits out its back-off: still Running, not ready, reconciling with
+/// reason BackOff (kstatus InProgress, as a container in CrashLoopBackOff), the count and the
+/// previous run's end in the status; the next run makes it ready again.
+#[test]
+fn back_off_is_running_not_ready_with_the_last_exit() {
+    let mut r = record(wire::Phase::Running);
+    r.ready = true;
+    r.restart_count = 2;
+    r.backoff_until = Some("2027-01-15T08:00:40Z".into());
+    r.last_exit = Some(last_run_exited_3());
     let s = Case::new().record(r.clone()).run();
     assert_eq!(s.phase, Some(Phase::Running));
     assert_eq!(s.restart_count, 2);
@@ -410,6 +415,68 @@ fn back_off_is_running_not_ready_with_the_last_exit() {
     assert_eq!(cond(&s, "Ready").reason, "Ready");
     assert_eq!(s.restart_count, 3);
     assert!(s.last_exit.is_some());
+}
+
+/// An end while a back-off is waited out has no run in progress: whatever ends it, `exit` is
+/// null, `endReason` says what ended it, and `lastExit` keeps the last run's end.
+#[test]
+fn an_end_during_the_back_off_has_no_exit_of_its_own() {
+    let mut waiting = record(wire::Phase::Running);
+    waiting.restart_count = 1;
+    waiting.backoff_until = Some("2027-01-15T08:00:40Z".into());
+    waiting.last_exit = Some(last_run_exited_3());
+    let prev = Case::new().record(waiting.clone()).run();
+    let ended = |reason| ProcessRecord {
+        phase: wire::Phase::Exited,
+        end_reason: Some(reason),
+        backoff_until: None,
+        finished_at: Some("2027-01-15T08:00:30Z".into()),
+        ..waiting.clone()
+    };
+    let stopped = Case::new()
+        .prev(prev.clone())
+        .record(ended(wire::EndReason::Stopped))
+        .run();
+    let container = Case::new()
+        .prev(prev.clone())
+        .record(ended(wire::EndReason::ContainerExited))
+        .run();
+    let pod = Case::new()
+        .prev(prev.clone())
+        .pod(None)
+        .record(waiting.clone())
+        .run();
+    let table = [
+        (
+            &stopped,
+            Phase::Exited,
+            EndReason::Stopped,
+            "stopped on request while it waited",
+        ),
+        (
+            &container,
+            Phase::Error,
+            EndReason::ContainerExited,
+            "the container exited while it waited",
+        ),
+        (&pod, Phase::Error, EndReason::PodDeleted, ""),
+    ];
+    for (s, phase, reason, says) in table {
+        assert_eq!(
+            (s.phase, s.end_reason),
+            (Some(phase), Some(reason)),
+            "{s:?}"
+        );
+        assert!(s.exit.is_none(), "no run was in progress: {s:?}");
+        assert_eq!(s.last_exit.as_ref().map(|l| l.exit.code), Some(3), "{s:?}");
+        assert!(is_final(s));
+        let msg = &cond(s, condition::SUCCEEDED).message;
+        assert!(msg.contains(says), "{reason:?}: {msg}");
+        if !says.is_empty() {
+            assert!(msg.contains("the last run exited with code 3"), "{msg}");
+        }
+    }
+    assert_eq!(cond(&stopped, condition::SUCCEEDED).reason, "Stopped");
 }
 
 #[test]
