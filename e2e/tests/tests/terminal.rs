@@ -233,6 +233,57 @@ async fn run_it_in_tmux_size_resize_vi_ctrl_c_detach_attach_exit_7() {
     .await;
 }
 
+/// A Ctrl-C typed right after a window change reaches the process every time: the resize and
+/// the key travel in the order they were made (issue 47: once, one did not).
+#[tokio::test]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+async fn ctrl_c_right_after_a_resize_always_reaches_the_process() {
+    with_ns("terminal-winch", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let plugin = PathBuf::from(env("SPO_PLUGIN"));
+        let tm = Tmux::start(&t.name, &plugin, 24, 80).await?;
+        tm.line(&format!(
+            "kubectl sandbox -n {} run -it work --name winch -e 'PS1=inner# ' -- sh",
+            t.name
+        ))
+        .await?;
+        tm.until(r"^inner# ", 60).await?;
+        let rounds = 10;
+        for i in 0..rounds {
+            tm.line("sleep 100").await?;
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let (x, y) = (100 + i % 2 * 20, 30 + i % 2 * 10);
+            let (x, y) = (x.to_string(), y.to_string());
+            // The window change and the key as one tmux command: back to back.
+            tm.tmux(&[
+                "resize-window",
+                "-t",
+                "t",
+                "-x",
+                &x,
+                "-y",
+                &y,
+                ";",
+                "send-keys",
+                "-t",
+                "t",
+                "C-c",
+            ])
+            .await?;
+            // A lost Ctrl-C leaves the sleep running: the echo is not answered in time.
+            tm.line(&format!("echo round-$((1+{i}))")).await?;
+            tm.until(&format!("^round-{}$", i + 1), 15)
+                .await
+                .with_context(|| format!("round {}: Ctrl-C right after a resize", i + 1))?;
+        }
+        tm.line("exit 3").await?;
+        tm.until(PROMPT, 30).await?;
+        println!("note: {rounds} Ctrl-C right after a resize, each reached the process");
+        Ok(())
+    })
+    .await;
+}
+
 /// A SIGTERM to the plugin in a session ends it with this terminal as it was (raw mode undone),
 /// the process left running.
 #[tokio::test]

@@ -3,6 +3,7 @@
 //! its output from a cursor, terminal resizes and, at the end, its exit code, on one
 //! connection through the API server's aggregation proxy (docs/stdin.md). Authorized like a
 //! stdin write: `update` on the object and `create pods/exec` on its pod.
+mod order;
 mod session;
 
 use std::sync::Arc;

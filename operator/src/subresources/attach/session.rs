@@ -14,7 +14,7 @@ use sandbox_api::channel::{exit_status, failure, Frame, STDIN};
 use sandbox_api::cursor::Cursor;
 use sandbox_api::wire::{
     log_line_is_keepalive, writer_id_from, ErrorCode, LogEvent, LogQuery, LogStream, ProcessRecord,
-    StdinState, StdinWriter, LOG_KEEPALIVE, MAX_STDIN_WRITE,
+    StdinState, StdinWriter, TerminalSize, LOG_KEEPALIVE, MAX_STDIN_WRITE,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -23,6 +23,7 @@ use tracing::{debug, info};
 use super::super::error::SubresourceError;
 use super::super::locate::Located;
 use super::super::relay;
+use super::order::{Next, Ordered};
 use crate::agent::{AgentClient, AgentError};
 
 #[derive(Debug)]
@@ -284,24 +285,33 @@ async fn input(s: &Session, mut stream: SplitStream<WebSocket>) -> Option<Ended>
     });
     let mut inflight: Option<Inflight<'_>> = None;
     // `close`: the client ended stdin (bytes after it are dropped); `eof_sent`: the agent has it.
-    let (mut pending, mut close, mut eof_sent, mut gone) = (Vec::new(), false, false, false);
+    let mut queue = Ordered::default();
+    let (mut close, mut eof_sent, mut gone) = (false, false, false);
     loop {
         if let Some(st) = idle.take() {
-            if pending.is_empty() && (!close || eof_sent) {
-                idle = Some(st);
-            } else {
-                let n = pending.len().min(MAX_STDIN_WRITE);
-                let data: Vec<u8> = pending.drain(..n).collect();
-                // EOF goes with the last bytes: after everything sent before it.
-                let eof = close && pending.is_empty();
-                eof_sent |= eof;
-                inflight = Some(Box::pin(write_owned(st, data, eof)));
+            match queue.next(MAX_STDIN_WRITE) {
+                Next::Resize(size) => {
+                    resize(s, size).await;
+                    idle = Some(st);
+                    continue;
+                }
+                Next::Bytes(data) => {
+                    // EOF goes with the last bytes: after everything sent before it.
+                    let eof = close && queue.is_empty();
+                    eof_sent |= eof;
+                    inflight = Some(Box::pin(write_owned(st, data, eof)));
+                }
+                Next::Nothing if close && !eof_sent => {
+                    eof_sent = true;
+                    inflight = Some(Box::pin(write_owned(st, Vec::new(), true)));
+                }
+                Next::Nothing => idle = Some(st),
             }
         }
         if gone && inflight.is_none() {
             return None;
         }
-        let reading = !gone && pending.len() < MAX_STDIN_WRITE;
+        let reading = !gone && queue.waiting_bytes() < MAX_STDIN_WRITE;
         tokio::select! {
             (st, r) = async { inflight.as_mut().expect("guarded").await }, if inflight.is_some() => {
                 inflight = None;
@@ -320,7 +330,7 @@ async fn input(s: &Session, mut stream: SplitStream<WebSocket>) -> Option<Ended>
                     }
                     Some(Ok(_)) => continue,
                 };
-                if let Err(e) = frame(s, &data, &mut pending, &mut close).await {
+                if let Err(e) = frame(s, &data, &mut queue, &mut close) {
                     return Some(e);
                 }
             }
@@ -337,27 +347,18 @@ async fn write_owned(
     (st, r)
 }
 
-/// One frame from the client: stdin bytes join `pending`, a close of stdin sets `close`, a
-/// resize goes to the terminal at once.
-async fn frame(
-    s: &Session,
-    data: &[u8],
-    pending: &mut Vec<u8>,
-    close: &mut bool,
-) -> Result<(), Ended> {
+/// One frame from the client: stdin bytes and resizes join the queue in their order, a close of
+/// stdin sets `close`.
+fn frame(s: &Session, data: &[u8], queue: &mut Ordered, close: &mut bool) -> Result<(), Ended> {
     match Frame::decode(data) {
         Ok(Frame::Stdin(b)) if s.opts.stdin => {
             if !*close {
-                pending.extend_from_slice(b)
+                queue.push_bytes(b)
             }
         }
         // v4 has no close channel: its clients end stdin with a one-shot `close` write.
         Ok(Frame::Close(STDIN)) if s.opts.stdin && s.v5 => *close = true,
-        Ok(Frame::Resize(size)) if s.at.tty => {
-            if let Err(e) = s.agents.resize(&s.at.agent, &s.at.exec_id, size).await {
-                info!(name = %s.name, error = %e, "attach: resize");
-            }
-        }
+        Ok(Frame::Resize(size)) if s.at.tty => queue.push_resize(size),
         Ok(Frame::Resize(_)) => {}
         Ok(f) => {
             let m = format!("attach: {f:?} was not expected (stdin={})", s.opts.stdin);
@@ -366,6 +367,13 @@ async fn frame(
         Err(e) => return Err(Ended(failure("BadRequest", &format!("attach: {e}")))),
     }
     Ok(())
+}
+
+/// A resize, when the keys sent before it have been written.
+async fn resize(s: &Session, size: TerminalSize) {
+    if let Err(e) = s.agents.resize(&s.at.agent, &s.at.exec_id, size).await {
+        info!(name = %s.name, error = %e, "attach: resize");
+    }
 }
 
 /// Stdin by offset: each batch is written at the offset after the last one the supervisor
