@@ -6,6 +6,11 @@ Reads `use crate::a::b` / `crate::a::b::Name` paths in each src file (test modul
 connected component of more than one file, then the same between top-level module folders.
 Exit 1 when any exists. Part of .ci/run's lint: `python3 .ci/modcycles.py [WORKSPACE]`.
 Conservative: a `crate::` path in a doc comment counts as an import too.
+
+Wings: in a crate listed in WINGS, each named top-level module has a rank; every other module
+is the floor (rank 0). A module may import one of a lower rank only (the floor: the floor too),
+so wings import each other only downward and the floor imports no wing. Each import against
+that is printed and fails the check as a cycle does.
 """
 import pathlib, re, sys
 
@@ -59,6 +64,28 @@ def sccs(graph):
         if v not in index: visit(v)
     return out
 
+# crate folder -> {top-level module: rank}; the crate root (lib.rs, main.rs) may import anything.
+WINGS = {
+    "operator": {"agent": 1, "reconcile": 2, "aggregated": 2},
+}
+
+def upward(crate_name, graph):
+    ranks = WINGS.get(crate_name)
+    if not ranks:
+        return []
+    out = []
+    for m, ds in sorted(graph.items()):
+        if not m:
+            continue
+        rm = ranks.get(m[0], 0)
+        for d in sorted(ds):
+            if not d or d[0] == m[0]:
+                continue
+            rd = ranks.get(d[0], 0)
+            if rd > rm or (rd == rm and rm > 0):
+                out.append("%s upward import between wings: %s -> %s" % (crate_name, "::".join(m), "::".join(d)))
+    return out
+
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
 bad = []
 for cargo in sorted(root.glob("*/Cargo.toml")) + sorted(root.glob("*/*/Cargo.toml")):
@@ -67,6 +94,7 @@ for cargo in sorted(root.glob("*/Cargo.toml")) + sorted(root.glob("*/*/Cargo.tom
         continue
     mods = files_of(crate)
     graph = {m: deps(f.read_text(errors="replace"), mods, m) for m, f in mods.items()}
+    bad.extend(upward(str(crate.relative_to(root)), graph))
     for comp in sccs(graph):
         if len(comp) > 1:
             bad.append("%s files: %s" % (crate.relative_to(root), ", ".join(sorted("::".join(c) or "lib" for c in comp))))
@@ -84,5 +112,5 @@ for cargo in sorted(root.glob("*/Cargo.toml")) + sorted(root.glob("*/*/Cargo.tom
             bad.append("%s modules: %s" % (crate.relative_to(root), ", ".join(names)))
 for b in bad:
     print(b)
-print("%d import cycle(s) between source files or module folders" % len(bad))
+print("%d import cycle(s) between source files or module folders, or upward import(s) between wings" % len(bad))
 sys.exit(1 if bad else 0)

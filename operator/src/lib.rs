@@ -1,25 +1,22 @@
-//! The SandboxProcess operator: the controller ([`controller`]), the pure status computation
-//! ([`status`]), the agent client and watches ([`agent`]), leader election ([`lease`]), what is remembered per object ([`memo`]), giving freed memory back ([`memtrim`]), metrics
-//! ([`metrics`]) and the CRD generator ([`crdgen`]).
-pub mod act;
+//! The SandboxProcess operator, in three wings over a shared floor. Wings import each other only
+//! downward, through a named seam (`.ci/modcycles.py` checks it):
+//!
+//! - [`reconcile`]: the controller that takes each SandboxProcess to its node and writes what
+//!   happened into its status. Reaches the nodes through [`agent::Agents`].
+//! - [`aggregated`]: the extension API server (subresources, certificates; the home of the
+//!   APIs served from the nodes). Reaches the nodes through [`agent::Agents`] too.
+//! - [`agent`]: the node agents: their client, whereabouts, watches and trust. The seam both
+//!   wings above use.
+//!
+//! The floor, below every wing: certificates and keys ([`pki`]), metrics ([`metrics`]), leader
+//! election ([`lease`]), giving freed memory back ([`memtrim`]), the CRD generator ([`crdgen`])
+//! and the start-up self test ([`selftest`]).
 pub mod agent;
-pub mod apply;
-pub mod cache;
-pub mod certs;
-pub mod cleanup;
-pub mod context;
-pub mod controller;
+pub mod aggregated;
 pub mod crdgen;
-pub mod envfrom;
-pub mod error;
 pub mod lease;
-pub mod memo;
 pub mod memtrim;
 pub mod metrics;
 pub mod pki;
-pub mod pod;
+pub mod reconcile;
 pub mod selftest;
-pub mod status;
-pub mod subresources;
-pub mod watched;
-pub mod writer;

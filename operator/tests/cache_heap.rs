@@ -6,7 +6,7 @@
 //! (cache::Entry), 1.0 KB.
 
 use kube::runtime::{reflector, watcher};
-use sandbox_operator::cache::Entry;
+use sandbox_operator::reconcile::cache::Entry;
 
 mod common;
 use common::live;

@@ -13,7 +13,7 @@ use kube::runtime::{reflector, watcher};
 use sandbox_api::crd::SandboxProcess;
 use sandbox_api::wire::{self, ProcessRecord, WatchEvent};
 use sandbox_operator::agent::{AgentClient, Agents, Cached};
-use sandbox_operator::memo::Memo;
+use sandbox_operator::reconcile::memo::Memo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 

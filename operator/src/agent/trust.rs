@@ -214,7 +214,7 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let leaf = authority::issue(ca, &[dns.to_string()], 10 * MIN, now).unwrap();
-        let cfg = crate::subresources::tls::server_config(&leaf.cert, &leaf.key, &ca.cert).unwrap();
+        let cfg = sandbox_api::tls::mutual_server_config(&leaf.cert, &leaf.key, &ca.cert).unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();

@@ -14,10 +14,10 @@ use sandbox_api::wire::ErrorCode;
 use tracing::{info, warn};
 
 use crate::agent::Cached;
-use crate::context::{Context, CLEANUP_GIVE_UP, CLEANUP_RECHECK};
-use crate::error::Error;
-use crate::pod::target_pod_name;
-use crate::status;
+use crate::reconcile::context::{Context, CLEANUP_GIVE_UP, CLEANUP_RECHECK};
+use crate::reconcile::error::Error;
+use crate::reconcile::pod::target_pod_name;
+use crate::reconcile::status;
 
 /// What the deletion waits for.
 struct Deletion<'a> {
@@ -146,7 +146,7 @@ impl Deletion<'_> {
         match self.ctx.agents.client.forget(url, &self.uid, timeout).await {
             Ok(()) => {
                 if let Some(note) = note {
-                    crate::writer::publish(self.ctx, self.obj, note).await;
+                    crate::reconcile::writer::publish(self.ctx, self.obj, note).await;
                 }
                 self.done("process stopped and forgotten")
             }

@@ -1,9 +1,10 @@
 //! What the controller remembers about each object between reconciles, in one place so it is
 //! cleared together. Keyed by object uid.
-use std::collections::{HashMap, HashSet};
-use std::hash::Hash;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::memtrim::ShrinkSparse;
 
 #[derive(Default)]
 struct Entry {
@@ -208,34 +209,6 @@ impl Memo {
     }
 }
 
-/// Gives a per-object table's room back once it is mostly empty: a hash table otherwise keeps
-/// the size of its fullest moment for good (a burst of thousands of objects started at once,
-/// all final since; tests/perobj_heap.rs). Shrinks to twice what is left, only after three
-/// quarters went: amortized O(1) per removal.
-pub(crate) trait ShrinkSparse {
-    fn shrink_if_sparse(&mut self);
-}
-
-fn sparse(len: usize, capacity: usize) -> Option<usize> {
-    (capacity >= 64 && len <= capacity / 4).then_some(len * 2)
-}
-
-impl<K: Eq + Hash, V> ShrinkSparse for HashMap<K, V> {
-    fn shrink_if_sparse(&mut self) {
-        if let Some(to) = sparse(self.len(), self.capacity()) {
-            self.shrink_to(to);
-        }
-    }
-}
-
-impl<K: Eq + Hash> ShrinkSparse for HashSet<K> {
-    fn shrink_if_sparse(&mut self) {
-        if let Some(to) = sparse(self.len(), self.capacity()) {
-            self.shrink_to(to);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,25 +289,6 @@ mod tests {
         assert!(m.is_empty());
         assert_eq!(m.judge_copy("u", false, false), CachedCopy::Current);
         assert!(m.is_empty(), "judging a copy adds nothing");
-    }
-
-    #[test]
-    fn tables_shrink_once_mostly_empty() {
-        let mut m: HashMap<u32, ()> = (0..1000).map(|i| (i, ())).collect();
-        m.retain(|i, _| *i < 100);
-        m.shrink_if_sparse();
-        assert!(
-            m.capacity() >= 100 && m.capacity() < 500,
-            "{}",
-            m.capacity()
-        );
-        m.clear();
-        m.shrink_if_sparse();
-        assert_eq!(m.capacity(), 0);
-        let mut small: HashSet<u32> = (0..40).collect();
-        small.clear();
-        small.shrink_if_sparse();
-        assert!(small.capacity() >= 40, "small tables are left alone");
     }
 
     #[test]

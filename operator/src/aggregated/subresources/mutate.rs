@@ -118,8 +118,9 @@ mod tests {
     /// The chart's matchConditions pick every field the rewrite knows, and only by number.
     #[test]
     fn the_charts_match_conditions_name_every_quantity_field() {
-        let chart =
-            include_str!("../../../charts/sandbox-process-operator/templates/subresource-api.yaml");
+        let chart = include_str!(
+            "../../../../charts/sandbox-process-operator/templates/subresource-api.yaml"
+        );
         for field in sandbox_api::admission::QUANTITY_FIELDS {
             let path = format!("object{}", field.replace('/', "."));
             let cond = format!("type({path}) == double");

@@ -14,8 +14,8 @@ use sandbox_api::crd::{
 };
 use serde::{Deserialize, Deserializer};
 
-use crate::status;
-use crate::watched::{resource_of, Meta, UnknownSpec};
+use crate::reconcile::status;
+use crate::reconcile::watched::{resource_of, Meta, UnknownSpec};
 
 /// One cached SandboxProcess, as the watch delivered it (see the module's comment).
 #[derive(Clone, Debug)]
@@ -144,7 +144,7 @@ impl Settled {
     }
 }
 
-/// Read from the watch without what nothing here reads (crate::watched).
+/// Read from the watch without what nothing here reads (crate::reconcile::watched).
 impl<'de> Deserialize<'de> for Entry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Entry, D::Error> {
         #[derive(Deserialize)]
@@ -177,6 +177,15 @@ impl Resource for Entry {
         match self {
             Entry::Live(o) => &mut Arc::make_mut(o).metadata,
             Entry::Settled(s) => &mut s.metadata,
+        }
+    }
+}
+
+/// The per-phase gauge counts the objects in the controller's cache.
+impl crate::metrics::Phases for kube::runtime::reflector::Store<Entry> {
+    fn each_phase(&self, f: &mut dyn FnMut(Option<sandbox_api::crd::Phase>)) {
+        for o in self.state() {
+            f(o.phase());
         }
     }
 }

@@ -18,13 +18,13 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::agent::Agents;
-use crate::cache::Entry;
-use crate::context::{Context, Settings, FIELD_MANAGER, FINALIZER};
-use crate::error::Error;
-use crate::memo::Memo;
 use crate::metrics::Metrics;
-use crate::pod::target_pod_name;
-use crate::watched::{self, WatchedPod};
+use crate::reconcile::cache::Entry;
+use crate::reconcile::context::{Context, Settings, FIELD_MANAGER, FINALIZER};
+use crate::reconcile::error::Error;
+use crate::reconcile::memo::Memo;
+use crate::reconcile::pod::target_pod_name;
+use crate::reconcile::watched::{self, WatchedPod};
 
 /// Retry delay after `failures` consecutive failed reconciles: 1 s doubling to 5 min.
 pub fn retry_delay(failures: u32) -> Duration {
@@ -47,13 +47,15 @@ async fn reconcile(entry: Arc<Entry>, ctx: Arc<Context>) -> Result<Action, Error
             if obj.meta().deletion_timestamp.is_some()
                 && obj.finalizers().iter().any(|f| f == FINALIZER)
             {
-                if let Some(again) = crate::cleanup::cleanup(obj.clone(), &ctx).await? {
+                if let Some(again) = crate::reconcile::cleanup::cleanup(obj.clone(), &ctx).await? {
                     return Ok(again);
                 }
             }
             finalizer(&api, FINALIZER, obj, |event| async {
                 match event {
-                    finalizer::Event::Apply(o) => crate::apply::apply(o, &ctx, &api).await,
+                    finalizer::Event::Apply(o) => {
+                        crate::reconcile::apply::apply(o, &ctx, &api).await
+                    }
                     finalizer::Event::Cleanup(_) => Ok(Action::await_change()),
                 }
             })
@@ -109,7 +111,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    // Every pod (target pods live anywhere), read without managedFields (crate::watched).
+    // Every pod (target pods live anywhere), read without managedFields (crate::reconcile::watched).
     let (pods, pod_writer) = reflector::store::<Pod>();
     let pod_events = watcher(
         Api::<WatchedPod>::all(client.clone()),
@@ -140,7 +142,7 @@ pub async fn run(
     // The object cache (and the trigger stream) holds only what the controller reads of each
     // object (cache::Entry).
     let (store, writer) = reflector::store::<Entry>();
-    ctx.metrics.count_phases_of(store.clone());
+    ctx.metrics.count_phases_of(Arc::new(store.clone()));
     let objects = watcher(Api::<Entry>::all(client), watcher::Config::default())
         .reflect(writer)
         .applied_objects();

@@ -9,9 +9,9 @@ use kube::{Api, Resource, ResourceExt};
 use sandbox_api::crd::{self, SandboxProcess, SandboxProcessStatus};
 use tracing::{debug, info, warn};
 
-use crate::context::{Context, FIELD_MANAGER};
-use crate::error::Error;
-use crate::status;
+use crate::reconcile::context::{Context, FIELD_MANAGER};
+use crate::reconcile::error::Error;
+use crate::reconcile::status;
 
 /// How long one status write may take before the reconcile gives up and retries with backoff.
 const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);

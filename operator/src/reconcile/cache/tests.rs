@@ -2,8 +2,8 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
 use super::*;
-use crate::pod::target_pod_name;
-use crate::watched::LAST_APPLIED;
+use crate::reconcile::pod::target_pod_name;
+use crate::reconcile::watched::LAST_APPLIED;
 
 /// The object as the API server sends it: the whole one, and the cache's entry read from it.
 fn object(spec: serde_json::Value, status: serde_json::Value) -> (SandboxProcess, Entry) {
@@ -145,4 +145,50 @@ fn entries_keep_only_the_spec_fields_this_release_does_not_know() {
     assert_eq!(e.meta().managed_fields, None);
     let e: Entry = serde_json::from_value(json(serde_json::Value::Null)).unwrap();
     assert_eq!(e.meta().managed_fields, None);
+}
+
+#[test]
+fn objects_are_counted_by_phase_from_the_cache() {
+    use kube::runtime::{reflector, watcher};
+    let object = |name: &str, phase: Option<&str>| -> Entry {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": name},
+            "spec": {"podName": "w", "command": ["true"]},
+            "status": phase.map(|p| serde_json::json!({"phase": p})),
+        }))
+        .unwrap()
+    };
+    let m = crate::metrics::Metrics::new();
+    let (store, mut writer) = reflector::store();
+    assert!(m
+        .encode()
+        .contains("sandbox_operator_processes{phase=\"Running\"} 0"));
+    m.count_phases_of(std::sync::Arc::new(store.clone()));
+    for o in [
+        object("a", Some("Running")),
+        object("b", Some("Running")),
+        object("c", Some("Exited")),
+        object("d", None),
+    ] {
+        writer.apply_watcher_event(&watcher::Event::Apply(o));
+    }
+    let text = m.encode();
+    for want in [
+        "sandbox_operator_processes{phase=\"Running\"} 2",
+        "sandbox_operator_processes{phase=\"Exited\"} 1",
+        "sandbox_operator_processes{phase=\"Pending\"} 0",
+    ] {
+        assert!(text.contains(want), "{want} in {text}");
+    }
+    writer.apply_watcher_event(&watcher::Event::Delete(object("a", Some("Running"))));
+    writer.apply_watcher_event(&watcher::Event::Apply(object("b", Some("Exited"))));
+    let text = m.encode();
+    assert!(
+        text.contains("sandbox_operator_processes{phase=\"Running\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sandbox_operator_processes{phase=\"Exited\"} 2"),
+        "{text}"
+    );
 }

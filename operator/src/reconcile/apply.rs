@@ -17,15 +17,15 @@ use sandbox_api::validate::{self, Valid, Violation};
 use sandbox_api::wire::StartRequest;
 use tracing::{debug, info};
 
-use crate::act::Actor;
 use crate::agent::Anywhere;
-use crate::context::{now, ttl_requeue, Context, OUTPUT_REFRESH, PENDING_RECHECK};
-use crate::envfrom;
-use crate::error::Error;
-use crate::memo::CachedCopy;
-use crate::pod;
-use crate::status::{self, AgentView, ContainerFacts, Facts, PodFacts};
-use crate::writer;
+use crate::reconcile::act::Actor;
+use crate::reconcile::context::{now, ttl_requeue, Context, OUTPUT_REFRESH, PENDING_RECHECK};
+use crate::reconcile::envfrom;
+use crate::reconcile::error::Error;
+use crate::reconcile::memo::CachedCopy;
+use crate::reconcile::pod;
+use crate::reconcile::status::{self, AgentView, ContainerFacts, Facts, PodFacts};
+use crate::reconcile::writer;
 
 /// The object's namespace and name.
 fn object_key(o: &SandboxProcess) -> (&str, &str) {
@@ -430,7 +430,7 @@ mod tests {
     #[test]
     fn a_field_of_a_newer_release_refuses_the_start() {
         let object = |fields: serde_json::Value| -> SandboxProcess {
-            let e: crate::cache::Entry = serde_json::from_value(serde_json::json!({
+            let e: crate::reconcile::cache::Entry = serde_json::from_value(serde_json::json!({
                 "apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
                 "metadata": {"name": "p", "namespace": "ns", "managedFields": [
                     {"manager": "argocd", "operation": "Apply", "fieldsType": "FieldsV1",

@@ -9,8 +9,8 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::subresources::frontproxy::{self, RequestHeaderConfig};
-use crate::subresources::tls;
+use crate::aggregated::subresources::frontproxy::{self, RequestHeaderConfig};
+use crate::aggregated::subresources::tls;
 
 /// How often the Secret and the ConfigMap are read (two GETs per replica).
 pub const POLL: Duration = Duration::from_secs(5);

@@ -142,7 +142,7 @@ mod tests {
     /// checked. A new subresource without its row, or a row that says less, fails here.
     #[test]
     fn the_documented_rights_are_the_checked_ones() {
-        let doc = include_str!("../../../docs/logs.md");
+        let doc = include_str!("../../../../docs/logs.md");
         let rows: Vec<(&str, &str, &str)> = doc
             .lines()
             .filter_map(|l| {

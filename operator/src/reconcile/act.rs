@@ -10,8 +10,8 @@ use sandbox_api::wire::{ErrorCode, ProcessRecord, StartRequest};
 use tracing::{info, warn};
 
 use crate::agent::{AgentClient, AgentError, Agents, Cached};
-use crate::memo::Memo;
-use crate::status::AgentView;
+use crate::reconcile::memo::Memo;
+use crate::reconcile::status::AgentView;
 
 /// The agent calls a reconcile makes.
 pub trait ProcessApi: Send + Sync {

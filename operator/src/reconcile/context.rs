@@ -12,8 +12,8 @@ use kube::runtime::reflector::Store;
 use kube::Client;
 
 use crate::agent::Agents;
-use crate::memo::Memo;
 use crate::metrics::Metrics;
+use crate::reconcile::memo::Memo;
 
 pub use sandbox_api::crd::FINALIZER;
 /// Field manager of the status written with server-side apply.
@@ -72,7 +72,7 @@ pub(crate) fn now() -> Time {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status;
+    use crate::reconcile::status;
     use sandbox_api::crd::{Phase, SandboxProcessStatus};
 
     /// A TTL of years (an object written before the schema bound, or at the bound: 68 years)
