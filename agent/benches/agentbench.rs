@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use futures::StreamExt;
-use sandbox_api::wire::Phase;
+use sandbox_wire::wire::Phase;
 use serde_json::json;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -83,7 +83,7 @@ async fn main() {
 
 /// Part 1: start → running: the agent vs bare `runc exec -d`, and the own-cgroup part of it. The
 /// bare cgroups are returned for removal once every process in them has ended.
-async fn start_to_running(b: &Bench) -> Vec<sandbox_agent::supervisor::cgroup::ProcessCgroup> {
+async fn start_to_running(b: &Bench) -> Vec<sandbox_supervisor::cgroup::ProcessCgroup> {
     let Bench {
         base,
         runc_root,
@@ -100,7 +100,7 @@ async fn start_to_running(b: &Bench) -> Vec<sandbox_agent::supervisor::cgroup::P
     std::fs::write(&spec, serde_json::to_vec(&process["process"]).unwrap()).unwrap();
     let (mut bare, mut via_agent, mut bare_cg) = (Vec::new(), Vec::new(), Vec::new());
     let mut started = Vec::new();
-    let dirs = sandbox_agent::supervisor::cgroup::container_dirs(
+    let dirs = sandbox_supervisor::cgroup::container_dirs(
         runc_root.to_str().unwrap(),
         &ctr.id,
         ctr.init_pid(),
@@ -110,9 +110,8 @@ async fn start_to_running(b: &Bench) -> Vec<sandbox_agent::supervisor::cgroup::P
     for i in 0..rounds {
         let pidf = base.join(format!("bare-cg-{i}.pid"));
         let t = Instant::now();
-        let cg =
-            sandbox_agent::supervisor::cgroup::ProcessCgroup::create(&dirs, &format!("bench-{i}"))
-                .unwrap();
+        let cg = sandbox_supervisor::cgroup::ProcessCgroup::create(&dirs, &format!("bench-{i}"))
+            .unwrap();
         let st = bare_exec(runc_root, &ctr.id, &spec, &pidf, Some(&cg.name));
         bare_cg.push(t.elapsed().as_secs_f64() * 1e3);
         assert!(st.success());
@@ -405,7 +404,7 @@ async fn stop_all(b: &Bench, ids: &[String]) {
     }
     for id in ids {
         let r = agent.wait_final(id, Duration::from_secs(120)).await;
-        if r.end_reason == Some(sandbox_api::wire::EndReason::Stopped) {
+        if r.end_reason == Some(sandbox_wire::wire::EndReason::Stopped) {
             stopped += 1;
         }
     }
@@ -423,7 +422,7 @@ async fn tree_stop(b: &Bench) -> Container {
     } = b;
     let tree = "i=0; while [ $i -lt 100 ]; do sleep 300 & i=$((i+1)); done; wait";
     let ctr5 = Container::start(base, runc_root, 0);
-    let dirs5 = sandbox_agent::supervisor::cgroup::container_dirs(
+    let dirs5 = sandbox_supervisor::cgroup::container_dirs(
         runc_root.to_str().unwrap(),
         &ctr5.id,
         ctr5.init_pid(),
@@ -432,11 +431,9 @@ async fn tree_stop(b: &Bench) -> Container {
     let (mut killpg, mut via_stop, mut to_record) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..5 {
         // Baseline: the bare tree in a cgroup of its own, ended by signalling its process group.
-        let cg = sandbox_agent::supervisor::cgroup::ProcessCgroup::create(
-            &dirs5,
-            &format!("bench-tree-{i}"),
-        )
-        .unwrap();
+        let cg =
+            sandbox_supervisor::cgroup::ProcessCgroup::create(&dirs5, &format!("bench-tree-{i}"))
+                .unwrap();
         let pidf = base.join(format!("tree-{i}.pid"));
         let st = Command::new(runc())
             .arg("--root")
@@ -488,7 +485,10 @@ async fn tree_stop(b: &Bench) -> Container {
         via_stop.push(t.elapsed().as_secs_f64() * 1e3);
         let done = agent.wait_final(&r.exec_id, Duration::from_secs(30)).await;
         to_record.push(t.elapsed().as_secs_f64() * 1e3);
-        assert_eq!(done.end_reason, Some(sandbox_api::wire::EndReason::Stopped));
+        assert_eq!(
+            done.end_reason,
+            Some(sandbox_wire::wire::EndReason::Stopped)
+        );
     }
     println!(
         "| stop of a 100-process tree → cgroup empty (median of 5) | kill(-pgid, TERM) {:.1} ms | agent stop {:.1} ms | final record {:.1} ms |",

@@ -5,15 +5,13 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
-use sandbox_agent::daemon::api_server::ApiAccess;
-use sandbox_agent::daemon::auth::{Auth, TokenReviewer};
-use sandbox_agent::daemon::registry::{Config, Registry};
-use sandbox_agent::daemon::runtime::{cri::CriLookup, runc_state::RuncStateLookup, Lookup};
-use sandbox_agent::daemon::server::{router, AppState};
-use sandbox_agent::daemon::spawn::{
-    install_supervisor, HostNamespace, SpawnConfig, SupervisorLimits,
-};
-use sandbox_agent::shared::layout::Layout;
+use sandbox_agent::api_server::ApiAccess;
+use sandbox_agent::auth::{Auth, TokenReviewer};
+use sandbox_agent::registry::{Config, Registry};
+use sandbox_agent::runtime::{cri::CriLookup, runc_state::RuncStateLookup, Lookup};
+use sandbox_agent::server::{router, AppState};
+use sandbox_agent::spawn::{install_supervisor, HostNamespace, SpawnConfig, SupervisorLimits};
+use sandbox_node_protocol::layout::Layout;
 
 #[derive(Parser)]
 #[command(
@@ -55,8 +53,6 @@ enum TlsMode {
 enum Cmd {
     /// Serve the agent API.
     Serve(Box<Serve>),
-    /// Supervise one process (normally started by `serve`).
-    Supervise { state_dir: PathBuf, exec_id: String },
 }
 
 #[derive(Parser)]
@@ -125,7 +121,7 @@ struct Serve {
     /// How long the OCI runtime may take to start one process (`runc exec`) before the start
     /// fails, the runtime is killed and whatever it started is ended.
     /// At least 1000: runc takes tens of milliseconds, seconds on a loaded node.
-    #[arg(long, default_value_t = sandbox_agent::shared::launch::DEFAULT_RUNTIME_TIMEOUT_MS,
+    #[arg(long, default_value_t = sandbox_node_protocol::launch::DEFAULT_RUNTIME_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1000..))]
     runtime_timeout_ms: u64,
     /// What all processes' output together may hold in the state dir (default: a quarter of its
@@ -196,7 +192,6 @@ struct Serve {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Supervise { .. } => sandbox_agent::supervisor::main(),
         Cmd::Serve(s) => {
             let s = *s;
             tracing_subscriber::fmt()
@@ -294,7 +289,7 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
     let state = AppState {
         registry,
         auth: Arc::new(auth),
-        metrics: Arc::new(sandbox_agent::daemon::metrics::Metrics::new()),
+        metrics: Arc::new(sandbox_agent::metrics::Metrics::new()),
         serving_cert: (s.tls == TlsMode::Csr).then(|| s.state_dir.join("tls").join("tls.crt")),
         shutdown: stop_rx,
     };
@@ -332,7 +327,7 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
                 serve_health(addr, ready_when(cfg.clone())).await?;
             }
             let drain = std::time::Duration::from_secs(s.drain_seconds);
-            sandbox_agent::daemon::tls::serve(listener, cfg, app, stop, drain).await?;
+            sandbox_agent::tls::serve(listener, cfg, app, stop, drain).await?;
         }
     }
     Ok(())
@@ -346,7 +341,7 @@ fn tls_config(
     client: kube::Client,
     state_dir: &std::path::Path,
 ) -> anyhow::Result<TlsConfig> {
-    use sandbox_agent::daemon::tls::{bundle, identity, server_config};
+    use sandbox_agent::tls::{bundle, identity, server_config};
     use tokio::sync::watch;
     let node = s
         .node_name
@@ -539,17 +534,17 @@ fn registry_config(
         default_runtime_root: s.runtime_root.clone(),
         retention_bytes: s.log_retention_bytes,
         runtime_timeout_ms: s.runtime_timeout_ms,
-        backoff: sandbox_agent::shared::launch::Backoff {
+        backoff: sandbox_node_protocol::launch::Backoff {
             initial_ms: s.restart_backoff_initial_ms,
             max_ms: s.restart_backoff_max_ms,
             reset_after_ms: s.restart_backoff_reset_ms,
         },
         proc_root: s.proc_root.clone(),
         max_processes: s.max_processes,
-        budget: sandbox_agent::daemon::budget::Budget {
+        budget: sandbox_agent::budget::Budget {
             max_bytes: s
                 .output_budget_bytes
-                .unwrap_or_else(|| sandbox_agent::daemon::budget::default_budget(&s.state_dir)),
+                .unwrap_or_else(|| sandbox_agent::budget::default_budget(&s.state_dir)),
             finished_ttl: std::time::Duration::from_secs(s.finished_output_retention_seconds),
         },
         budget_sweep: std::time::Duration::from_secs(s.budget_sweep_seconds),
@@ -589,7 +584,7 @@ async fn serve_metrics(addr: std::net::SocketAddr, state: AppState) -> anyhow::R
         .await
         .with_context(|| format!("binding {addr} (--metrics-listen)"))?;
     tracing::info!(listen = %listener.local_addr()?, "serving metrics");
-    let metrics = sandbox_agent::daemon::server::metrics_router(state);
+    let metrics = sandbox_agent::server::metrics_router(state);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, metrics).await {
             tracing::warn!(error = %e, "metrics listener ended");

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use sandbox_api::wire::{EndReason, EnvVar, LogEvent, Phase, ProbeKind, Readiness};
+use sandbox_wire::wire::{EndReason, EnvVar, LogEvent, Phase, ProbeKind, Readiness};
 use serde_json::json;
 
 fn fx_with(uid: u32, extra: &[&str]) -> Fx {
@@ -485,7 +485,7 @@ async fn a_runtime_that_never_returns_fails_the_start_and_leaves_nothing() {
         .await;
     assert_eq!(rec.phase, Phase::Error, "{rec:?}");
     let err = rec.error.expect("an error");
-    assert_eq!(err.code, sandbox_api::wire::ErrorCode::ProcessSpawnFailed);
+    assert_eq!(err.code, sandbox_wire::wire::ErrorCode::ProcessSpawnFailed);
     assert!(
         err.message
             .contains("did not start the process within 2000 ms"),
@@ -943,7 +943,7 @@ async fn concurrent_starts_of_one_id_make_one_process() {
                 .await
                 .unwrap();
             assert_eq!(r.status().as_u16(), 200);
-            r.json::<sandbox_api::wire::ProcessRecord>().await.unwrap()
+            r.json::<sandbox_wire::wire::ProcessRecord>().await.unwrap()
         }));
     }
     let mut pids = std::collections::BTreeSet::new();
@@ -1196,7 +1196,7 @@ async fn idle_follows_cost_nothing_wake_on_output_and_are_capped() {
                 .unwrap()
                 .unwrap();
             let first = chunk.split(|b| *b == b'\n').next().unwrap();
-            if !sandbox_api::wire::log_line_is_keepalive(first) {
+            if !sandbox_wire::wire::log_line_is_keepalive(first) {
                 break serde_json::from_slice::<LogEvent>(first).unwrap();
             }
         };
@@ -1206,7 +1206,7 @@ async fn idle_follows_cost_nothing_wake_on_output_and_are_capped() {
     // Idle again: each follow says it is alive (an empty line) within the keepalive interval,
     // so a reader can tell an idle process from a dead connection.
     let t1 = std::time::Instant::now();
-    let bound = sandbox_api::wire::LOG_KEEPALIVE + Duration::from_secs(2);
+    let bound = sandbox_wire::wire::LOG_KEEPALIVE + Duration::from_secs(2);
     for s in streams.iter_mut() {
         let chunk = tokio::time::timeout(bound.saturating_sub(t1.elapsed()), s.next())
             .await

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use sandbox_api::wire::{EndReason, ErrorCode, Phase};
+use sandbox_wire::wire::{EndReason, ErrorCode, Phase};
 
 const T: Duration = Duration::from_secs(60);
 

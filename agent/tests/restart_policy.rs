@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::*;
-use sandbox_api::wire::{EndReason, ProcessRecord, RestartPolicy, StartRequest};
+use sandbox_wire::wire::{EndReason, ProcessRecord, RestartPolicy, StartRequest};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
@@ -97,7 +97,7 @@ async fn on_failure_runs_again_with_a_growing_back_off_until_stopped() {
     })
     .await;
     // Running while it waits, not ready, with the previous run's end.
-    assert_eq!(r.phase, sandbox_api::wire::Phase::Running);
+    assert_eq!(r.phase, sandbox_wire::wire::Phase::Running);
     assert!(!r.ready && r.exit.is_none(), "{r:?}");
     let last = r.last_exit.clone().expect("lastExit");
     assert_eq!((last.exit.code, last.end_reason), (3, EndReason::Exited));

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use sandbox_agent::daemon::spawn::{reap_exited, runtime_version, HostNamespace, SpawnConfig};
+use sandbox_agent::spawn::{reap_exited, runtime_version, HostNamespace, SpawnConfig};
 
 #[test]
 fn the_version_is_read_whoever_reaps_the_child() {

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use sandbox_api::wire::{EndReason, StartRequest};
+use sandbox_wire::wire::{EndReason, StartRequest};
 use sha2::{Digest, Sha256};
 
 const T: Duration = Duration::from_secs(30);

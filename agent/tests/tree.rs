@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::*;
-use sandbox_api::wire::{EndReason, ErrorCode, Phase, ResourceLimits};
+use sandbox_wire::wire::{EndReason, ErrorCode, Phase, ResourceLimits};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
@@ -363,7 +363,7 @@ async fn a_lost_supervisor_leaves_no_process_behind() {
 /// a limit needs a controller the container's cgroup cannot delegate while it holds processes).
 #[test]
 fn pure_v1_and_pure_v2_layouts_on_this_kernel() {
-    use sandbox_agent::supervisor::cgroup::{container_dirs, ProcessCgroup};
+    use sandbox_supervisor::cgroup::{container_dirs, ProcessCgroup};
     require_root();
     let base = base_dir("tree");
     let runc_root = base.join(uniq("runc"));

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use sandbox_api::wire::{StartRequest, TerminalSize};
+use sandbox_wire::wire::{StartRequest, TerminalSize};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);

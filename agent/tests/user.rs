@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use common::*;
-use sandbox_api::wire::{SecurityContext, StartRequest};
+use sandbox_wire::wire::{SecurityContext, StartRequest};
 
 const T: Duration = Duration::from_secs(20);
 

@@ -6,16 +6,15 @@ pub mod channel;
 pub mod convert;
 #[cfg(feature = "crd")]
 pub mod crd;
-pub mod cursor;
-pub mod names;
 #[cfg(feature = "crd")]
 pub mod quantity;
 #[cfg(feature = "crd")]
 pub mod spec_fields;
 #[cfg(feature = "crd")]
 pub mod spec_rules;
-#[cfg(feature = "tls")]
-pub mod tls;
 pub mod validate;
-pub mod wire;
-pub mod wire_rules;
+// The operator↔agent wire lives in `sandbox-wire` (the node's crates use it without the CRD
+// types); its modules are re-exported here under their own names.
+#[cfg(feature = "tls")]
+pub use sandbox_wire::tls;
+pub use sandbox_wire::{cursor, names, wire, wire_rules};

@@ -141,9 +141,13 @@ def sbom(package: str, image: str, version: str, out: str) -> None:
         check=True, capture_output=True).stdout)
     pkgs = {p["id"]: p for p in meta["packages"]}
     nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
-    root = next(p["id"] for p in meta["packages"] if p["name"] == package)
-    # Normal (not dev/build) dependencies reachable from the package: what its binaries contain.
-    seen, todo = set(), [root]
+    # PACKAGE: one, or several joined by commas whose binaries share the image (the agent and
+    # its supervisor); the first is the one the document describes.
+    names = package.split(",")
+    roots = [next(p["id"] for p in meta["packages"] if p["name"] == n) for n in names]
+    root = roots[0]
+    # Normal (not dev/build) dependencies reachable from the packages: what their binaries contain.
+    seen, todo = set(), list(roots)
     while todo:
         i = todo.pop()
         if i in seen:

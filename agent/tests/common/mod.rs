@@ -4,10 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use sandbox_api::wire::{LogEvent, ProcessRecord, StartRequest};
+use sandbox_wire::wire::{LogEvent, ProcessRecord, StartRequest};
 use serde_json::{json, Value};
 
 pub const TOKEN: &str = "test-token-0123456789abcdef";
@@ -281,10 +282,7 @@ impl Agent {
             .args(self.default_unless_given("--runtime-binary", &runc_bin))
             .args(&self.extra)
             .args(self.default_unless_given("--supervisor-cgroup", "spo-agent-test-supervisors"))
-            .args(self.default_unless_given(
-                "--supervisor-binary",
-                env!("CARGO_BIN_EXE_sandbox-supervisor"),
-            ))
+            .args(self.default_unless_given("--supervisor-binary", supervisor_bin()))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -461,7 +459,7 @@ impl Agent {
         assert_eq!(r.status().as_u16(), 200, "logs {id}?{query}");
         let body = r.text().await.unwrap();
         body.lines()
-            .filter(|l| !sandbox_api::wire::log_line_is_keepalive(l.as_bytes()))
+            .filter(|l| !sandbox_wire::wire::log_line_is_keepalive(l.as_bytes()))
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }
@@ -595,4 +593,61 @@ pub fn cpu_ticks(pid: u32) -> u64 {
         .split_whitespace()
         .collect();
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// The `sandbox-supervisor` binary (a crate of its own, so not one of this package's
+/// `CARGO_BIN_EXE_*`): built once per test binary with the cargo, profile, target and target
+/// directory this test was built with. Cargo runs tests after releasing its build lock.
+pub fn supervisor_bin() -> &'static str {
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        // <target dir>[/<triple>]/<profile>/deps/<this test>
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let profile = profile_dir
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let above = profile_dir.parent().unwrap();
+        let (root, triple) = if above.join("CACHEDIR.TAG").exists() {
+            (above.to_path_buf(), None)
+        } else {
+            let t = above.file_name().unwrap().to_str().unwrap().to_string();
+            (above.parent().unwrap().to_path_buf(), Some(t))
+        };
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+        let mut c = Command::new(env!("CARGO"));
+        c.args([
+            "build",
+            "-q",
+            "--manifest-path",
+            manifest,
+            "-p",
+            "sandbox-supervisor",
+        ])
+        .env("CARGO_TARGET_DIR", &root);
+        match profile.as_str() {
+            "debug" => {}
+            "release" => {
+                c.arg("--release");
+            }
+            other => {
+                c.args(["--profile", other]);
+            }
+        }
+        if let Some(t) = triple {
+            c.args(["--target", &t]);
+        }
+        let st = c
+            .status()
+            .expect("running cargo build for sandbox-supervisor");
+        assert!(st.success(), "cargo build -p sandbox-supervisor: {st}");
+        profile_dir
+            .join("sandbox-supervisor")
+            .to_str()
+            .unwrap()
+            .to_string()
+    })
 }
