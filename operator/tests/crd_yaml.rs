@@ -1,5 +1,5 @@
-//! The committed CRD must be exactly what `crdgen` prints, so the YAML users apply never drifts
-//! from the types the operator uses.
+//! The committed CRD must be exactly what `crdgen` prints, and the chart's copy the same, so the
+//! YAML users apply (by kubectl or Helm) never drifts from the types the operator uses.
 use std::path::PathBuf;
 
 #[test]
@@ -14,6 +14,20 @@ fn committed_crd_matches_crdgen() {
         committed == generated,
         "{} is out of date; regenerate it with\n  cargo run -q -p sandbox-operator --bin crdgen > {}",
         path.display(),
+        sandbox_operator::crdgen::CRD_PATH
+    );
+    // Helm reads only files inside the chart: it carries a copy, which must be the same.
+    let copy = "charts/sandbox-process-operator/files/crds/sandboxprocess.yaml";
+    let in_chart = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(copy),
+    )
+    .unwrap_or_else(|e| panic!("reading {copy}: {e}"));
+    assert!(
+        in_chart == committed,
+        "{copy} differs from {}; copy it: cp {} {copy}",
+        sandbox_operator::crdgen::CRD_PATH,
         sandbox_operator::crdgen::CRD_PATH
     );
 }
