@@ -14,7 +14,7 @@ rust_tests() {
   log=$(mktemp)
   (cd "$root" && cargo build -q -p sandbox-e2e --tests 2>&1) >"$log" ||
     { failed=$((failed + 1)); echo "FAIL building e2e/tests"; sed 's/^/     | /' "$log" | tail -40; rm -f "$log"; return 0; }
-  (cd "$root" && SPO_NODE1=$NODE1 RUST_BACKTRACE=0 cargo test -p sandbox-e2e --test "$test" -- --ignored \
+  (cd "$root" && SPO_E2E_SUITE=1 SPO_NODE1=$NODE1 RUST_BACKTRACE=0 cargo test -p sandbox-e2e --test "$test" -- --ignored \
     --test-threads "$threads" --show-output 2>&1) >"$log" || rc=$?
   local summary
   summary=$(python3 - "$log" <<'PY'

@@ -31,7 +31,7 @@ pub const WORKLOAD_IMAGE: &str = "localhost/sandbox-workload:e2e";
 /// What the bash wrapper passes down, with a message that says how to run the test instead.
 pub fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run the e2e tests through their suite (e2e/README.md)")
+        panic!("{name} is not set: this test needs what its bash suite sets up; run the suite (e2e/README.md, \"One test alone\")")
     })
 }
 

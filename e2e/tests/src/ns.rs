@@ -94,6 +94,9 @@ where
     F: FnOnce(TestNs) -> Fut,
     Fut: Future<Output = Result<()>>,
 {
+    ensure_deployed()
+        .await
+        .expect("deploying this tree's chart (e2e/deploy)");
     let t = create(prefix).await.expect("creating the test namespace");
     let outcome = AssertUnwindSafe(test(t.clone())).catch_unwind().await;
     // What failed first (a panic's message is already printed by its hook), then the statuses.
@@ -113,6 +116,47 @@ where
         Ok(Err(_)) => panic!("the test failed (above)"),
         Err(panic) => std::panic::resume_unwind(panic),
     }
+}
+
+/// Run alone (one `cargo test` against a running cluster, e2e/README.md), a test first deploys
+/// this tree's chart when no release is in `sandbox-system` (e2e/deploy: build, images, helm; a
+/// few minutes the first time), once per test binary. A bash suite has deployed what it tests,
+/// or runs the operator on the host on purpose: it sets SPO_E2E_SUITE, and nothing is deployed.
+async fn ensure_deployed() -> Result<()> {
+    static ONCE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    if std::env::var_os("SPO_E2E_SUITE").is_some() {
+        return Ok(());
+    }
+    ONCE.get_or_try_init(|| async {
+        let found = crate::cmd::kubectl(&[
+            "-n",
+            crate::release::NAMESPACE,
+            "get",
+            "deployment",
+            "-l",
+            "app.kubernetes.io/name=sandbox-process-operator",
+            "-o",
+            "name",
+        ])
+        .await?;
+        if !found.trim().is_empty() {
+            return Ok(());
+        }
+        eprintln!(
+            "no release in {}: running e2e/deploy first",
+            crate::release::NAMESPACE
+        );
+        let script = crate::repo_root().join("e2e/deploy");
+        let status = tokio::process::Command::new(&script)
+            .stdout(std::process::Stdio::inherit())
+            .status()
+            .await
+            .with_context(|| format!("running {}", script.display()))?;
+        anyhow::ensure!(status.success(), "{} failed: {status}", script.display());
+        Ok(())
+    })
+    .await
+    .map(|_| ())
 }
 
 async fn create(prefix: &str) -> Result<TestNs> {
