@@ -172,7 +172,14 @@ impl LeaderElector {
         let mut last_ok = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(self.cfg.renew_every).await;
-            match self.try_acquire_or_renew().await {
+            // A renewal that hangs counts as failed once the lease could expire for the others:
+            // a new leader must never act while this one still does (agent/watch.rs relies on it).
+            let left = self.cfg.duration.saturating_sub(last_ok.elapsed());
+            let Ok(attempt) = tokio::time::timeout(left, self.try_acquire_or_renew()).await else {
+                warn!(lease = %self.where_(), "renewing the lease took too long; stepping down");
+                return;
+            };
+            match attempt {
                 Ok(Attempt::Held) => last_ok = tokio::time::Instant::now(),
                 Ok(Attempt::HeldBy(holder)) => {
                     warn!(lease = %self.where_(), holder = %holder, "lease taken by another operator");

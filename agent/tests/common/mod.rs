@@ -610,13 +610,11 @@ pub fn supervisor_bin() -> &'static str {
             .to_str()
             .unwrap()
             .to_string();
-        let above = profile_dir.parent().unwrap();
-        let (root, triple) = if above.join("CACHEDIR.TAG").exists() {
-            (above.to_path_buf(), None)
-        } else {
-            let t = above.file_name().unwrap().to_str().unwrap().to_string();
-            (above.parent().unwrap().to_path_buf(), Some(t))
-        };
+        let above = std::fs::canonicalize(profile_dir.parent().unwrap()).unwrap();
+        // The target directory's root: cargo's own word for it (`<root>/tmp`).
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
+        let root = std::fs::canonicalize(root).unwrap();
+        let triple = (above != root).then(|| above.file_name().unwrap().to_str().unwrap());
         let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
         let mut c = Command::new(env!("CARGO"));
         c.args([
@@ -638,7 +636,7 @@ pub fn supervisor_bin() -> &'static str {
             }
         }
         if let Some(t) = triple {
-            c.args(["--target", &t]);
+            c.args(["--target", t]);
         }
         let st = c
             .status()

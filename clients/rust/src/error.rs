@@ -68,7 +68,7 @@ pub enum Error {
     #[error("sandboxprocess {name} ended before it was ready: {message}")]
     ExitedBeforeReady { name: String, message: String },
     /// The process ended without an exit status of its own (stopped before it started).
-    #[error("sandboxprocess {name} ended ({reason}) without running")]
+    #[error("sandboxprocess {name} ended ({reason}) without an exit code")]
     EndedWithoutExit { name: String, reason: EndReason },
     /// A log stream was cut without its end event, and could not be resumed.
     #[error("reading the output of sandboxprocess {name}: {message}")]

@@ -104,7 +104,7 @@ pub fn already_ended(o: &SandboxProcess) -> Option<String> {
                 Some(sig) => format!("already exited (code {}, signal {sig})", e.code),
                 None => format!("already exited (code {})", e.code),
             },
-            (None, Some(r)) => format!("already ended ({r}) without running"),
+            (None, Some(r)) => format!("already ended ({r}) without an exit code"),
             (None, None) => "already ended".to_string(),
         }),
         Phase::Error => Some(match &s.error {

@@ -123,40 +123,38 @@ where
 /// few minutes the first time), once per test binary. A bash suite has deployed what it tests,
 /// or runs the operator on the host on purpose: it sets SPO_E2E_SUITE, and nothing is deployed.
 async fn ensure_deployed() -> Result<()> {
-    static ONCE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    // The outcome, failure included: a failed deploy is not tried again by every test.
+    static ONCE: tokio::sync::OnceCell<Result<(), String>> = tokio::sync::OnceCell::const_new();
     if std::env::var_os("SPO_E2E_SUITE").is_some() {
         return Ok(());
     }
-    ONCE.get_or_try_init(|| async {
-        let found = crate::cmd::kubectl(&[
-            "-n",
-            crate::release::NAMESPACE,
-            "get",
-            "deployment",
-            "-l",
-            "app.kubernetes.io/name=sandbox-process-operator",
-            "-o",
-            "name",
-        ])
-        .await?;
-        if !found.trim().is_empty() {
-            return Ok(());
-        }
+    ONCE.get_or_init(|| async { deploy_unless_there().await.map_err(|e| format!("{e:#}")) })
+        .await
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+async fn deploy_unless_there() -> Result<()> {
+    let ns = crate::release::NAMESPACE;
+    let selector = "app.kubernetes.io/name=sandbox-process-operator";
+    let found =
+        crate::cmd::kubectl(&["-n", ns, "get", "deployment", "-l", selector, "-o", "name"]).await?;
+    if !found.trim().is_empty() {
         eprintln!(
-            "no release in {}: running e2e/deploy first",
-            crate::release::NAMESPACE
+            "testing the release already in {ns} ({}); run e2e/deploy to test a change",
+            found.trim()
         );
-        let script = crate::repo_root().join("e2e/deploy");
-        let status = tokio::process::Command::new(&script)
-            .stdout(std::process::Stdio::inherit())
-            .status()
-            .await
-            .with_context(|| format!("running {}", script.display()))?;
-        anyhow::ensure!(status.success(), "{} failed: {status}", script.display());
-        Ok(())
-    })
-    .await
-    .map(|_| ())
+        return Ok(());
+    }
+    eprintln!("no release in {ns}: running e2e/deploy first");
+    let script = crate::repo_root().join("e2e/deploy");
+    let status = tokio::process::Command::new(&script)
+        .stdout(std::process::Stdio::inherit())
+        .status()
+        .await
+        .with_context(|| format!("running {}", script.display()))?;
+    anyhow::ensure!(status.success(), "{} failed: {status}", script.display());
+    Ok(())
 }
 
 async fn create(prefix: &str) -> Result<TestNs> {

@@ -81,7 +81,7 @@ def exit_of(o: Mapping[str, Any]) -> Exit:
     if s.get("error"):
         raise ProcessFailed(_name(o), s["error"]["code"], s["error"].get("message", ""))
     if s.get("endReason"):
-        raise EndedWithoutExit(f"sandboxprocess {_name(o)} ended ({s['endReason']}) without running")
+        raise EndedWithoutExit(f"sandboxprocess {_name(o)} ended ({s['endReason']}) without an exit code")
     raise SandboxError(f"sandboxprocess {_name(o)} ended without an exit status")
 
 
@@ -112,7 +112,7 @@ def _already_ended(o: Mapping[str, Any]) -> Optional[str]:
                 return f"already exited (code {e['code']}, signal {e['signal']})"
             return f"already exited (code {e['code']})"
         if s.get("endReason"):
-            return f"already ended ({s['endReason']}) without running"
+            return f"already ended ({s['endReason']}) without an exit code"
         return "already ended"
     if phase == "Error":
         err = s.get("error")

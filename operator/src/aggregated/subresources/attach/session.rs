@@ -254,12 +254,27 @@ async fn screen(s: &Session, tx: &Out) -> Result<Cursor, ()> {
     Ok(Cursor::of_agent(shot.cursor))
 }
 
-/// The exit code as kubectl reads it, or why there is none.
+/// The exit code as kubectl reads it, or why there is none. A final record without an exit is
+/// an end too (a failed start of a later run; a stop or the container's end during a restart's
+/// back-off): `Gone`, which clients do not retry, since attaching again replays the same end.
 fn end_status(r: &ProcessRecord) -> Value {
     match (&r.exit, &r.error) {
         (Some(exit), _) => exit_status(exit.code),
-        (None, Some(e)) => failure("InternalError", &format!("{}: {}", e.code, e.message)),
-        (None, None) => failure("InternalError", "the process ended without an exit code"),
+        (None, Some(e)) => failure("Gone", &format!("{}: {}", e.code, e.message)),
+        (None, None) => failure("Gone", &ended_without_exit(r)),
+    }
+}
+
+fn ended_without_exit(r: &ProcessRecord) -> String {
+    let why = r
+        .end_reason
+        .map_or_else(String::new, |e| format!(" ({e:?})"));
+    match &r.last_exit {
+        Some(l) => format!(
+            "the process ended{why} while no run was in progress; its last run exited with code {}",
+            l.exit.code
+        ),
+        None => format!("the process ended{why} without an exit code"),
     }
 }
 
@@ -498,5 +513,54 @@ impl Stdin<'_> {
             }
             Err(e) => Err(agent_failure(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sandbox_api::channel::read_status;
+    use sandbox_api::wire::{EndReason, ExitStatus, Phase, RunEnd};
+
+    use super::*;
+
+    /// An end with an exit gives its code; one without (a stop during a restart's back-off, a
+    /// later run that could not start) is final for both clients: attaching again would replay it.
+    #[test]
+    fn every_end_is_final_for_the_clients() {
+        let exit = |code| ExitStatus {
+            code,
+            signal: None,
+            timed_out: false,
+        };
+        let mut r = ProcessRecord {
+            phase: Phase::Exited,
+            exit: Some(exit(3)),
+            end_reason: Some(EndReason::Exited),
+            ..ProcessRecord::starting("x", "p", "c", "")
+        };
+        let status = |r: &ProcessRecord| read_status(&serde_json::to_vec(&end_status(r)).unwrap());
+        assert_eq!(status(&r), Ok(3));
+        r.exit = None;
+        r.end_reason = Some(EndReason::Stopped);
+        r.last_exit = Some(RunEnd {
+            exit: exit(3),
+            end_reason: EndReason::Exited,
+            started_at: None,
+            finished_at: "2027-01-01T00:00:00Z".into(),
+            output_from: "c0.0.0".into(),
+            output_until: "c1.1.0".into(),
+        });
+        let f = status(&r).unwrap_err();
+        assert!(!f.is_transient(), "{f:?}");
+        assert!(
+            f.message.contains("Stopped") && f.message.contains("code 3"),
+            "{f:?}"
+        );
+        r.phase = Phase::Error;
+        r.error = Some(sandbox_api::wire::ApiError {
+            code: sandbox_api::wire::ErrorCode::ProcessSpawnFailed,
+            message: "exec: not found".into(),
+        });
+        assert!(!status(&r).unwrap_err().is_transient());
     }
 }
