@@ -79,6 +79,7 @@ pub fn start_request(
             Some(sc) => Some(sc.to_wire()?),
         },
         restart_policy: spec.restart_policy,
+        object: None,
     })
 }
 

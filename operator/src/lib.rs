@@ -9,8 +9,9 @@
 //!   wings above use.
 //!
 //! The floor, below every wing: certificates and keys ([`pki`]), metrics ([`metrics`]), leader
-//! election ([`lease`]), giving freed memory back ([`memtrim`]), the CRD generator ([`crdgen`])
-//! and the start-up self test ([`selftest`]).
+//! election ([`lease`]), giving freed memory back ([`memtrim`]), the CRD generator ([`crdgen`]),
+//! the start-up self test ([`selftest`]) and the status of a process, pure ([`status`]: a
+//! SandboxProcess's and a `Process`'s alike).
 pub mod agent;
 pub mod aggregated;
 pub mod crdgen;
@@ -18,5 +19,7 @@ pub mod lease;
 pub mod memtrim;
 pub mod metrics;
 pub mod pki;
+pub mod pod;
 pub mod reconcile;
 pub mod selftest;
+pub mod status;

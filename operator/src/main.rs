@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use kube::Client;
 use sandbox_operator::agent::{discovery, trust, AgentClient, Agents};
-use sandbox_operator::aggregated::{certs, subresources};
+use sandbox_operator::aggregated::{certs, processes, subresources};
 use sandbox_operator::lease::{LeaderElector, LeaseConfig};
 use sandbox_operator::metrics::{self, Metrics};
 use sandbox_operator::reconcile::context::Settings;
@@ -58,6 +58,9 @@ struct Args {
     /// whose object is missing in two in a row is stopped and forgotten.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86400))]
     orphan_sweep_seconds: u64,
+    /// Most live (not ended) `processes` per namespace; a create beyond it is refused (429).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    processes_per_namespace: u64,
     /// Leader election through one Lease per cluster: every operator of the cluster (replicas,
     /// other releases, one started by hand) must share it, so that only one acts. Turn off only
     /// where no other operator can run.
@@ -82,14 +85,19 @@ struct Args {
     #[arg(long, default_value = "sandbox-process-operator-serving")]
     serving_secret: String,
     /// `self`: the leader issues and renews the serving certificate from its own CA (kept in
-    /// `--ca-secret`) and publishes the CA bundle into `--api-service`; `external`: another
+    /// `--ca-secret`) and publishes the CA bundle into each `--api-service`; `external`: another
     /// issuer (cert-manager) writes the serving Secret and the APIService's caBundle.
     #[arg(long, value_enum, default_value_t = CertMode::SelfSigned)]
     certificates: CertMode,
     #[arg(long, default_value = "sandbox-process-operator-ca")]
     ca_secret: String,
-    #[arg(long, default_value = "v1alpha1.subresources.sandbox.dev")]
-    api_service: String,
+    /// The APIServices served here (comma-separated): each gets the CA bundle.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "v1alpha1.subresources.sandbox.dev,v1alpha1.processes.sandbox.dev"
+    )]
+    api_service: Vec<String>,
     /// Where the quantity webhook listens (TLS with the subresource API's serving certificate,
     /// no client certificate); none without it. Needs --subresources-addr.
     #[arg(long)]
@@ -178,8 +186,18 @@ async fn main() -> anyhow::Result<()> {
     serve_metrics(args.metrics_addr, metrics.clone());
     sandbox_operator::memtrim::spawn(sandbox_operator::memtrim::EVERY);
     let (agents, changed) = agent_registry(&args, &client, &identity)?;
+    // Every replica watches every agent: the process API serves from those watches; the
+    // controller hears of changes only while this replica leads.
+    let processes = processes::Store::new(epoch_ms());
+    agents.set_sink(processes.clone());
+    tokio::spawn(agents.clone().run_watches());
     if let Some(addr) = args.subresources_addr {
-        serve_subresources(&args, client.clone(), addr, agents.clone(), metrics.clone());
+        let at = Serving {
+            addr,
+            agents: agents.clone(),
+            processes,
+        };
+        serve_subresources(&args, client.clone(), at, metrics.clone());
     }
     // Shutdown: a signal, or losing the lease.
     let (stop_tx, mut stop_rx) = watch::channel(false);
@@ -333,13 +351,27 @@ fn serve_metrics(addr: SocketAddr, m: Arc<Metrics>) {
 }
 
 /// Every replica serves the subresource API, leader or not: it only reads.
-fn serve_subresources(
-    args: &Args,
-    client: Client,
+/// This replica's start, in milliseconds: the epoch of its `processes` resourceVersions.
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as u64)
+}
+
+/// What the extension API server serves, and where.
+struct Serving {
     addr: SocketAddr,
     agents: Arc<Agents>,
-    metrics: Arc<Metrics>,
-) {
+    processes: Arc<processes::Store>,
+}
+
+fn serve_subresources(args: &Args, client: Client, at: Serving, metrics: Arc<Metrics>) {
+    let Serving {
+        addr,
+        agents,
+        processes: store,
+    } = at;
+    let per_namespace = args.processes_per_namespace as usize;
     let (namespace, secret) = (args.namespace.clone(), args.serving_secret.clone());
     let webhook = args.webhook_addr;
     // The certificate served, whoever issued it: its expiry is what an alert must see.
@@ -349,11 +381,12 @@ fn serve_subresources(
     tokio::spawn(async move {
         let (tls, request_headers) =
             certs::reload::serving(client.clone(), namespace, secret, served).await;
-        let server = subresources::Server {
+        let server = Arc::new(subresources::Server {
             client,
             agents,
             request_headers,
-        };
+        });
+        let more = processes::router(processes::Api::new(server.clone(), store, per_namespace));
         if let Some(addr) = webhook {
             let tls = tls.clone();
             tokio::spawn(async move {
@@ -363,7 +396,7 @@ fn serve_subresources(
                 }
             });
         }
-        if let Err(e) = subresources::run(server, addr, tls).await {
+        if let Err(e) = subresources::run(server, more, addr, tls).await {
             error!(error = %e, %addr, "subresource API stopped");
             std::process::exit(1);
         }
@@ -389,10 +422,11 @@ fn issuing(args: &Args) -> certs::Issuing {
         namespace: args.namespace.clone(),
         ca_secret: args.ca_secret.clone(),
         serving_secret: args.serving_secret.clone(),
-        api_service: args
-            .subresources_addr
-            .is_some()
-            .then(|| args.api_service.clone()),
+        api_services: if args.subresources_addr.is_some() {
+            args.api_service.clone()
+        } else {
+            vec![]
+        },
         webhook: (args.subresources_addr.is_some() && !args.mutating_webhook.is_empty())
             .then(|| args.mutating_webhook.clone()),
         // Without the subresource API the serving certificate is only the CA's companion (its

@@ -32,12 +32,15 @@ impl Supervisor {
             .with_floor(sandbox_node_protocol::ledger::OUTPUT_FLOOR);
         let matcher = log_matcher(&spec)?;
         let req = &spec.request;
-        let rec = ProcessRecord::starting(
-            &req.exec_id,
-            &req.pod_uid,
-            &req.container,
-            &spec.container_id,
-        );
+        let rec = ProcessRecord {
+            object: req.object.clone(),
+            ..ProcessRecord::starting(
+                &req.exec_id,
+                &req.pod_uid,
+                &req.container,
+                &spec.container_id,
+            )
+        };
         let oom_before = procfs::oom_kills(spec.container_pid);
         let mut s = Supervisor {
             layout,

@@ -233,6 +233,32 @@ pub struct StartRequest {
     /// Run the process again when it ends (`Never`: once). Never with `stdin` or `tty`.
     #[serde(default, skip_serializing_if = "RestartPolicy::is_never")]
     pub restart_policy: RestartPolicy,
+    /// The `processes` object this process is (absent: a SandboxProcess's, whose object is in
+    /// etcd). Opaque to the node: kept with the launch and copied into every record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<Box<ProcessObject>>,
+}
+
+/// What the API server would store of a `processes` object, kept on its node instead: its
+/// identity (the exec id is its uid), its labels and annotations, and its spec as created (env
+/// with `valueFrom` references only, never their values).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessObject {
+    pub namespace: String,
+    pub name: String,
+    /// RFC 3339, whole seconds.
+    pub creation_timestamp: String,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
+    /// The pod it runs in (the one named, or the one its selector chose).
+    pub pod_name: String,
+    /// The node it runs on.
+    pub node_name: String,
+    /// The spec (`SandboxProcessSpec`'s JSON).
+    pub spec: serde_json::Value,
 }
 
 /// When a process that ended runs again, in the same container, after a back-off (as the
@@ -613,6 +639,9 @@ pub struct ProcessRecord {
     /// stays `Running`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_until: Option<String>,
+    /// The `processes` object this process is ([`StartRequest::object`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<Box<ProcessObject>>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -672,6 +701,7 @@ impl ProcessRecord {
             restart_count: 0,
             last_exit: None,
             backoff_until: None,
+            object: None,
         }
     }
 

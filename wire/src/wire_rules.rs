@@ -103,7 +103,33 @@ pub fn start(req: StartRequest) -> Result<Valid<StartRequest>, Violation> {
         return Err(Violation::request("container", "must not be empty"));
     }
     process(&req)?;
+    if let Some(o) = &req.object {
+        object(o)?;
+    }
     Ok(Valid(req))
+}
+
+/// The most a `processes` object's copy on its node may take, as JSON: kept with the launch and
+/// in every record, in the agent's memory and the operator's. The API server takes 3 MiB for an
+/// etcd object; the operator refuses a create over this first (422 naming `metadata`/`spec`).
+pub const MAX_OBJECT_BYTES: usize = 64 * 1024;
+
+/// A `processes` object's copy: named, and small enough to keep per record.
+pub fn object(o: &crate::wire::ProcessObject) -> Result<(), Violation> {
+    if o.namespace.is_empty() || o.name.is_empty() {
+        return Err(Violation::request(
+            "object",
+            "must have a namespace and a name",
+        ));
+    }
+    let size = serde_json::to_vec(o).map_or(usize::MAX, |v| v.len());
+    if size > MAX_OBJECT_BYTES {
+        return Err(Violation::request(
+            "object",
+            format!("takes {size} bytes as JSON, over the {MAX_OBJECT_BYTES} a process keeps"),
+        ));
+    }
+    Ok(())
 }
 
 /// The rules of what a user writes about the process, on the request both sides send.
@@ -403,6 +429,7 @@ mod tests {
             tty: None,
             security_context: None,
             restart_policy: RestartPolicy::Never,
+            object: None,
         }
     }
 

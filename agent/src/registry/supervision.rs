@@ -116,5 +116,8 @@ impl Registry {
 /// A process lost before its supervisor wrote any record still gets one, from its launch spec.
 fn skeleton(l: &LaunchSpec) -> ProcessRecord {
     let r = &l.request;
-    ProcessRecord::starting(&r.exec_id, &r.pod_uid, &r.container, &l.container_id)
+    ProcessRecord {
+        object: r.object.clone(),
+        ..ProcessRecord::starting(&r.exec_id, &r.pod_uid, &r.container, &l.container_id)
+    }
 }

@@ -8,7 +8,7 @@ pub mod trust;
 mod watch;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -38,6 +38,15 @@ pub struct Agents {
     /// Since when this replica leads (monotonic, and wall clock to compare with objects'
     /// creation): objects created later cannot have been started by an earlier leader.
     leading: Mutex<Option<(std::time::Instant, Timestamp)>>,
+    /// Where the records of `processes` objects go (the process API's table), set once.
+    sink: OnceLock<Arc<dyn ObjectSink>>,
+}
+
+/// The seam to the process API (`aggregated::processes`): every record of a `processes` object
+/// the watches see, and every such process forgotten. Those records never reach the controller.
+pub trait ObjectSink: Send + Sync {
+    fn upsert(&self, agent: &str, record: &sandbox_api::wire::ProcessRecord);
+    fn removed(&self, exec_id: &str);
 }
 
 fn now() -> Time {
@@ -61,7 +70,13 @@ impl Agents {
             missing: Mutex::new(HashMap::new()),
             notify,
             leading: Mutex::new(None),
+            sink: OnceLock::new(),
         })
+    }
+
+    /// Sends the records of `processes` objects to `sink` from now on (once).
+    pub fn set_sink(&self, sink: Arc<dyn ObjectSink>) {
+        let _ = self.sink.set(sink);
     }
 
     /// This replica leads from now on (it leads once: losing the lease ends the process).

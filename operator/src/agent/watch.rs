@@ -302,12 +302,14 @@ impl Agents {
                 let mut state = self.state.lock().unwrap();
                 let s = state.entry(url.clone()).or_default();
                 s.synced = false;
-                s.records.keys().cloned().collect()
+                s.records
+                    .iter()
+                    .filter(|(_, k)| k.record.object.is_none())
+                    .map(|(id, _)| id.clone())
+                    .collect()
             };
             // Let the processes of this agent look again (their state is now unknown).
-            for id in ids {
-                let _ = self.notify.send(id);
-            }
+            self.notify_changed(ids);
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));
         }
@@ -370,6 +372,9 @@ impl Agents {
 
     pub(super) fn apply(&self, url: &str, ev: WatchEvent, pass: &mut Pass) {
         let mut changed = Vec::new();
+        // Records of `processes` objects: to the sink, never to the controller.
+        let mut objects: Vec<Box<ProcessRecord>> = Vec::new();
+        let mut objects_gone: Vec<String> = Vec::new();
         {
             let mut state = self.state.lock().unwrap();
             let s = state.entry(url.to_string()).or_default();
@@ -383,7 +388,11 @@ impl Agents {
                         match s.records.get_mut(id) {
                             Some(k) if k.record == record => k.pass = pass.number,
                             _ => {
-                                changed.push(id.clone());
+                                if record.object.is_some() {
+                                    objects.push(record.clone());
+                                } else {
+                                    changed.push(id.clone());
+                                }
                                 let kept = Kept {
                                     pass: pass.number,
                                     record,
@@ -396,9 +405,13 @@ impl Agents {
                 WatchEvent::Deleted { exec_id } => {
                     s.released.remove(&exec_id);
                     s.released.shrink_if_sparse();
-                    if s.records.remove(&exec_id).is_some() {
+                    if let Some(k) = s.records.remove(&exec_id) {
                         s.records.shrink_if_sparse();
-                        changed.push(exec_id);
+                        if k.record.object.is_some() {
+                            objects_gone.push(exec_id);
+                        } else {
+                            changed.push(exec_id);
+                        }
                     }
                 }
                 WatchEvent::Heartbeat { .. } => {}
@@ -414,8 +427,10 @@ impl Agents {
                         .map(|(id, _)| id.clone())
                         .collect();
                     for id in gone {
-                        s.records.remove(&id);
-                        changed.push(id);
+                        match s.records.remove(&id) {
+                            Some(k) if k.record.object.is_some() => objects_gone.push(id),
+                            _ => changed.push(id),
+                        }
                     }
                     let this = pass.number;
                     s.released.retain(|_, sent_in| *sent_in == this);
@@ -434,7 +449,23 @@ impl Agents {
                 }
             }
         }
-        for id in changed {
+        if let Some(sink) = self.sink.get() {
+            for r in objects {
+                sink.upsert(url, &r);
+            }
+            for id in objects_gone {
+                sink.removed(&id);
+            }
+        }
+        self.notify_changed(changed);
+    }
+
+    /// Tells the controller, while this replica leads (standing by, nothing reads them).
+    fn notify_changed(&self, ids: Vec<String>) {
+        if self.leading().is_none() {
+            return;
+        }
+        for id in ids {
             let _ = self.notify.send(id);
         }
     }

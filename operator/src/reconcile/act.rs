@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use crate::agent::{AgentClient, AgentError, Agents, Cached};
 use crate::reconcile::memo::Memo;
-use crate::reconcile::status::AgentView;
+use crate::status::AgentView;
 
 /// The agent calls a reconcile makes.
 pub trait ProcessApi: Send + Sync {

@@ -18,14 +18,14 @@ use sandbox_api::wire::StartRequest;
 use tracing::{debug, info};
 
 use crate::agent::Anywhere;
+use crate::pod;
 use crate::reconcile::act::Actor;
 use crate::reconcile::context::{now, ttl_requeue, Context, OUTPUT_REFRESH, PENDING_RECHECK};
 use crate::reconcile::envfrom;
 use crate::reconcile::error::Error;
 use crate::reconcile::memo::CachedCopy;
-use crate::reconcile::pod;
-use crate::reconcile::status::{self, AgentView, ContainerFacts, Facts, PodFacts};
 use crate::reconcile::writer;
+use crate::status::{self, AgentView, ContainerFacts, Facts, PodFacts};
 
 /// The object's namespace and name.
 fn object_key(o: &SandboxProcess) -> (&str, &str) {

@@ -14,8 +14,8 @@ use sandbox_api::crd::{
 };
 use serde::{Deserialize, Deserializer};
 
-use crate::reconcile::status;
 use crate::reconcile::watched::{resource_of, Meta, UnknownSpec};
+use crate::status;
 
 /// One cached SandboxProcess, as the watch delivered it (see the module's comment).
 #[derive(Clone, Debug)]

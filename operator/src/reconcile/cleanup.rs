@@ -14,10 +14,10 @@ use sandbox_api::wire::ErrorCode;
 use tracing::{info, warn};
 
 use crate::agent::Cached;
+use crate::pod::target_pod_name;
 use crate::reconcile::context::{Context, CLEANUP_GIVE_UP, CLEANUP_RECHECK};
 use crate::reconcile::error::Error;
-use crate::reconcile::pod::target_pod_name;
-use crate::reconcile::status;
+use crate::status;
 
 /// What the deletion waits for.
 struct Deletion<'a> {

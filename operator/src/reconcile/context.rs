@@ -72,7 +72,7 @@ pub(crate) fn now() -> Time {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::status;
+    use crate::status;
     use sandbox_api::crd::{Phase, SandboxProcessStatus};
 
     /// A TTL of years (an object written before the schema bound, or at the bound: 68 years)

@@ -19,11 +19,11 @@ use tracing::{debug, info, warn, Instrument};
 
 use crate::agent::Agents;
 use crate::metrics::Metrics;
+use crate::pod::target_pod_name;
 use crate::reconcile::cache::Entry;
 use crate::reconcile::context::{Context, Settings, FIELD_MANAGER, FINALIZER};
 use crate::reconcile::error::Error;
 use crate::reconcile::memo::Memo;
-use crate::reconcile::pod::target_pod_name;
 use crate::reconcile::watched::{self, WatchedPod};
 
 /// Retry delay after `failures` consecutive failed reconciles: 1 s doubling to 5 min.
@@ -102,7 +102,7 @@ fn error_policy(obj: Arc<Entry>, error: &Error, ctx: Arc<Context>) -> Action {
 
 /// Runs the controller until `shutdown` resolves. `agents` is the registry shared with the
 /// subresource API; `changed` receives the exec ids whose record changed (from the agents'
-/// watches, which run while the controller does).
+/// watches, which every replica runs: the process API serves from them).
 pub async fn run(
     client: Client,
     settings: Settings,
@@ -122,7 +122,6 @@ pub async fn run(
     .reflect(pod_writer)
     .touched_objects();
     agents.begin_leading();
-    let watches = tokio::spawn(agents.clone().run_watches());
     let (sweeper_agents, sweep_every) = (agents.clone(), settings.orphan_sweep);
     let reporter = Reporter {
         controller: FIELD_MANAGER.into(),
@@ -176,7 +175,6 @@ pub async fn run(
             futures::future::ready(())
         })
         .await;
-    watches.abort();
     sweeper.abort();
     Ok(())
 }
@@ -241,6 +239,10 @@ async fn sweep_orphans(agents: Arc<Agents>, store: Store<Entry>, every: Duration
                 continue;
             };
             for r in records {
+                // A `processes` object lives on its node only: never an orphan of ours.
+                if r.object.is_some() {
+                    continue;
+                }
                 let id = r.exec_id;
                 if !is_uid(&id) || known.contains(&id) {
                     continue;

@@ -11,7 +11,7 @@ use tracing::{debug, info, warn};
 
 use crate::reconcile::context::{Context, FIELD_MANAGER};
 use crate::reconcile::error::Error;
-use crate::reconcile::status;
+use crate::status;
 
 /// How long one status write may take before the reconcile gives up and retries with backoff.
 const STATUS_WRITE_TIMEOUT: Duration = Duration::from_secs(10);

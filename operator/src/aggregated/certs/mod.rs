@@ -36,8 +36,8 @@ pub struct Issuing {
     pub namespace: String,
     pub ca_secret: String,
     pub serving_secret: String,
-    /// The APIService whose `caBundle` carries the bundle (none without the subresource API).
-    pub api_service: Option<String>,
+    /// The APIServices whose `caBundle` carries the bundle (none without the subresource API).
+    pub api_services: Vec<String>,
     /// The MutatingWebhookConfiguration served by the same server (none without it).
     pub webhook: Option<String>,
     /// The serving certificate's names (the Service's DNS names).
@@ -122,10 +122,10 @@ pub async fn issue_once(client: &Client, s: &Issuing) -> anyhow::Result<()> {
     if let Some(name) = &s.webhook {
         publish_webhook_bundle(client, name, &state.bundle.concat()).await?;
     }
-    match &s.api_service {
-        Some(name) => publish_bundle(client, s, name, &state.bundle.concat()).await,
-        None => Ok(()),
+    for name in &s.api_services {
+        publish_bundle(client, s, name, &state.bundle.concat()).await?;
     }
+    Ok(())
 }
 
 /// The annotation by which the chart hands an APIService's `caBundle` to this operator (mode
@@ -266,7 +266,13 @@ async fn publish_bundle(
     bundle: &str,
 ) -> anyhow::Result<()> {
     let api: Api<APIService> = Api::all(client.clone());
-    let current = api.get(name).await?;
+    let Some(current) = api.get_opt(name).await? else {
+        debug!(
+            apiservice = name,
+            "no such APIService: no caBundle to publish"
+        );
+        return Ok(());
+    };
     if !bundle_is_ours(current.metadata.annotations.as_ref(), s) {
         debug!(
             apiservice = name,
@@ -358,7 +364,7 @@ mod tests {
             namespace: "sandbox-system".into(),
             ca_secret: "spo-ca".into(),
             serving_secret: "spo-serving".into(),
-            api_service: Some("v1alpha1.subresources.sandbox.dev".into()),
+            api_services: vec!["v1alpha1.subresources.sandbox.dev".into()],
             webhook: None,
             dns: vec![],
             agent_bundle: "spo-ca-bundle".into(),

@@ -85,12 +85,30 @@ async fn require(
 
 /// The right `kubectl exec` needs on the process's pod: a signal can do what `stop` can (end
 /// the process), and changing `stop` needs it (the admission policy), so a signal does too.
-async fn authorize_exec(
+pub(crate) async fn authorize_exec(
     server: &Server,
     user: &UserInfo,
     namespace: &str,
     pod: &str,
     what: &str,
+) -> Result<()> {
+    authorize_exec_for(
+        server,
+        user,
+        namespace,
+        pod,
+        &format!("{what} a SandboxProcess"),
+    )
+    .await
+}
+
+/// As [`authorize_exec`], the refusal saying `act` ("starting a process") needs the right.
+pub(crate) async fn authorize_exec_for(
+    server: &Server,
+    user: &UserInfo,
+    namespace: &str,
+    pod: &str,
+    act: &str,
 ) -> Result<()> {
     let attrs = ResourceAttributes {
         group: Some(String::new()),
@@ -103,7 +121,7 @@ async fn authorize_exec(
     };
     require(server, user, attrs, || {
         format!(
-            "pods \"{pod}\" is forbidden: User \"{}\" cannot create resource \"pods/exec\" in the namespace \"{namespace}\": {what} a SandboxProcess needs the same permission as kubectl exec on its pod",
+            "pods \"{pod}\" is forbidden: User \"{}\" cannot create resource \"pods/exec\" in the namespace \"{namespace}\": {act} needs the same permission as kubectl exec on its pod",
             user.username
         )
     })

@@ -5,18 +5,25 @@ use serde_json::json;
 
 pub const API_GROUP: &str = "subresources.sandbox.dev";
 pub const API_VERSION: &str = "v1alpha1";
+/// The second group this server serves: the `processes` resource (`aggregated::processes`).
+pub const PROCESSES_GROUP: &str = "processes.sandbox.dev";
 
-fn group_json() -> serde_json::Value {
-    let gv = format!("{API_GROUP}/{API_VERSION}");
+fn group_json_of(group: &str) -> serde_json::Value {
+    let gv = format!("{group}/{API_VERSION}");
     json!({
-        "name": API_GROUP,
+        "name": group,
         "versions": [{"groupVersion": gv, "version": API_VERSION}],
         "preferredVersion": {"groupVersion": gv, "version": API_VERSION},
     })
 }
 
+fn group_json() -> serde_json::Value {
+    group_json_of(API_GROUP)
+}
+
 pub async fn group_list() -> Json<serde_json::Value> {
-    Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group_json()]}))
+    let groups = [group_json(), group_json_of(PROCESSES_GROUP)];
+    Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
 }
 
 pub async fn group() -> Json<serde_json::Value> {

@@ -22,6 +22,12 @@ pub enum SubresourceError {
     BadRequest(String),
     #[error("{0}")]
     Conflict(String),
+    /// 409, reason `AlreadyExists`: a create of a name another object holds.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// 422, reason `Invalid`: the object breaks a rule (the message names the field).
+    #[error("{0}")]
+    Invalid(String),
     #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
@@ -40,6 +46,8 @@ impl SubresourceError {
             SubresourceError::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
             SubresourceError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
             SubresourceError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
+            SubresourceError::AlreadyExists(_) => (StatusCode::CONFLICT, "AlreadyExists"),
+            SubresourceError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "Invalid"),
             SubresourceError::Unavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
             }

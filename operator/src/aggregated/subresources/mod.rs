@@ -33,7 +33,7 @@
 //! and what they may do ([`authorization`]), where the process and its agent are ([`locate`]),
 //! and one handler per subresource ([`log`], [`signal`], [`stdin`], [`resize`], [`probe`]).
 mod attach;
-mod authorization;
+pub(crate) mod authorization;
 mod discovery;
 mod error;
 pub mod frontproxy;
@@ -56,18 +56,20 @@ use axum::Router;
 use sandbox_api::wire::MAX_STDIN_WRITE;
 use tracing::info;
 
-pub use discovery::{API_GROUP, API_VERSION};
-pub use error::SubresourceError;
+pub use discovery::{API_GROUP, API_VERSION, PROCESSES_GROUP};
+pub use error::{agent_error, Result, SubresourceError};
 pub use server::Server;
 
+/// Serves the subresources and `more` (the other groups of this server) on one listener.
 pub async fn run(
-    server: Server,
+    server: Arc<Server>,
+    more: Router,
     addr: SocketAddr,
     tls: tokio::sync::watch::Receiver<Arc<rustls::ServerConfig>>,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     info!(%addr, group = API_GROUP, "serving the subresource API");
-    tls::serve(listener, tls, router(Arc::new(server))).await?;
+    tls::serve(listener, tls, more.merge(router(server))).await?;
     Ok(())
 }
 

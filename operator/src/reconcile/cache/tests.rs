@@ -2,7 +2,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
 use super::*;
-use crate::reconcile::pod::target_pod_name;
+use crate::pod::target_pod_name;
 use crate::reconcile::watched::LAST_APPLIED;
 
 /// The object as the API server sends it: the whole one, and the cache's entry read from it.

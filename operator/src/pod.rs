@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use sandbox_api::crd::SandboxProcess;
 
-use crate::reconcile::status::{ContainerFacts, PodFacts, PodPhase};
+use crate::status::{ContainerFacts, PodFacts, PodPhase};
 
 pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
 

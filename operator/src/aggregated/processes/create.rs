@@ -1,0 +1,370 @@
+//! `create`: the object checked by the one validator, its pod found and the caller's right to
+//! exec in it checked, then the start sent to the pod's node; 201 once the agent holds it.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::Api as KubeApi;
+use sandbox_api::convert::{start_request, Target};
+use sandbox_api::crd::SandboxProcessSpec;
+use sandbox_api::validate;
+use sandbox_api::validate::MAX_OBJECT_BYTES;
+use sandbox_api::wire::{ProcessObject, ProcessRecord};
+use serde::Deserialize;
+use tracing::info;
+
+use super::read::not_found;
+use super::{Api, GROUP, GROUP_VERSION, KIND};
+use crate::aggregated::subresources::authorization::{authorize_exec_for, caller};
+use crate::aggregated::subresources::tls::Peer;
+use crate::aggregated::subresources::{agent_error, Result, SubresourceError};
+use crate::pod;
+use crate::status::{ContainerFacts, PodPhase};
+
+/// The object a client posts (what it may set; the rest is the server's).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NewProcess {
+    api_version: Option<String>,
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: NewMeta,
+    spec: SandboxProcessSpec,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NewMeta {
+    name: Option<String>,
+    generate_name: Option<String>,
+    namespace: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+fn invalid(name: &str, field: &str, message: impl std::fmt::Display) -> SubresourceError {
+    SubresourceError::Invalid(format!(
+        "{KIND}.{GROUP} \"{name}\" is invalid: {field}: {message}"
+    ))
+}
+
+pub async fn create(
+    State(api): State<Arc<Api>>,
+    Extension(peer): Extension<Peer>,
+    Path(namespace): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response> {
+    let user = caller(&api.server, &peer, &headers)?;
+    let new = parse(&body)?;
+    let name = name_of(&new.metadata)?;
+    check(&new, &namespace, &name)?;
+    // One create of a name at a time on this replica: the second sees the first's process.
+    let key = (namespace.clone(), name.clone());
+    loop {
+        let mut creating = api.creating.lock().await;
+        if creating.insert(key.clone()) {
+            break;
+        }
+        drop(creating);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let out = create_named(&api, &user, &namespace, &name, new).await;
+    api.creating.lock().await.remove(&key);
+    out
+}
+
+fn parse(body: &[u8]) -> Result<NewProcess> {
+    if body.len() > 2 * MAX_OBJECT_BYTES {
+        return Err(SubresourceError::Invalid(format!(
+            "{KIND}.{GROUP} is invalid: the object takes {} bytes, over the {MAX_OBJECT_BYTES} a process keeps",
+            body.len()
+        )));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| SubresourceError::BadRequest(format!("the body is not a {KIND}: {e}")))
+}
+
+/// The name given, or one generated from `generateName` (five characters, as the API server).
+fn name_of(m: &NewMeta) -> Result<String> {
+    let name = match (&m.name, &m.generate_name) {
+        (Some(n), _) if !n.is_empty() => n.clone(),
+        (_, Some(g)) if !g.is_empty() => {
+            const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+            let mut r = [0u8; 5];
+            getrandom::fill(&mut r).map_err(|e| SubresourceError::Internal(e.to_string()))?;
+            let suffix: String = r
+                .iter()
+                .map(|b| CHARS[*b as usize % CHARS.len()] as char)
+                .collect();
+            format!("{g}{suffix}")
+        }
+        _ => {
+            return Err(invalid(
+                "",
+                "metadata.name",
+                "Required value: name or generateName is required",
+            ))
+        }
+    };
+    validate::names::check(
+        &name,
+        validate::names::SUBDOMAIN,
+        validate::names::SUBDOMAIN_RULE,
+    )
+    .map_err(|m| invalid(&name, "metadata.name", m))?;
+    Ok(name)
+}
+
+/// The same checks and words as a SandboxProcess gets at apply.
+fn check(new: &NewProcess, namespace: &str, name: &str) -> Result<()> {
+    if let Some(v) = new.api_version.as_deref().filter(|v| *v != GROUP_VERSION) {
+        return Err(SubresourceError::BadRequest(format!(
+            "apiVersion: {v:?} is not {GROUP_VERSION}"
+        )));
+    }
+    if let Some(k) = new.kind.as_deref().filter(|k| *k != KIND) {
+        return Err(SubresourceError::BadRequest(format!(
+            "kind: {k:?} is not {KIND}"
+        )));
+    }
+    if let Some(ns) = new
+        .metadata
+        .namespace
+        .as_deref()
+        .filter(|ns| *ns != namespace)
+    {
+        return Err(SubresourceError::BadRequest(format!(
+            "the namespace of the provided object ({ns}) does not match the namespace sent on the request ({namespace})"
+        )));
+    }
+    validate::spec(&new.spec)
+        .map_err(|v| invalid(name, &format!("spec.{}", v.field), v.message))?;
+    if let Some(i) = new.spec.env.iter().position(|e| e.value_from.is_some()) {
+        return Err(invalid(
+            name,
+            &format!("spec.env[{i}].valueFrom"),
+            "not served on processes yet: give the value, or use a SandboxProcess",
+        ));
+    }
+    Ok(())
+}
+
+async fn create_named(
+    api: &Api,
+    user: &crate::aggregated::subresources::frontproxy::UserInfo,
+    namespace: &str,
+    name: &str,
+    new: NewProcess,
+) -> Result<Response> {
+    let spec_json =
+        serde_json::to_value(&new.spec).map_err(|e| SubresourceError::Internal(e.to_string()))?;
+    if let Some(e) = api.store.get(namespace, name) {
+        if e.spec == spec_json {
+            return Ok(created(StatusCode::OK, e.json.to_string()));
+        }
+        return Err(SubresourceError::AlreadyExists(format!(
+            "processes.{GROUP} \"{name}\" already exists (with another spec)"
+        )));
+    }
+    let live = api.store.live_in(namespace);
+    if live >= api.per_namespace {
+        return Err(SubresourceError::TooManyRequests(format!(
+            "namespace {namespace} has {live} live processes, its bound (processes.perNamespace, {}): wait for one to end or delete one",
+            api.per_namespace
+        )));
+    }
+    let (pod, node, container) = target(api, namespace, &new.spec).await?;
+    authorize_exec_for(&api.server, user, namespace, &pod.0, "starting a process").await?;
+    let exec_id = uid()?;
+    let object = ProcessObject {
+        namespace: namespace.into(),
+        name: name.into(),
+        creation_timestamp: now_seconds(),
+        labels: new.metadata.labels,
+        annotations: new.metadata.annotations,
+        pod_name: pod.0.clone(),
+        node_name: node.clone(),
+        spec: spec_json,
+    };
+    let target = Target {
+        exec_id: &exec_id,
+        pod_uid: &pod.1,
+        container: &container,
+    };
+    let mut req = start_request(&new.spec, target, &BTreeMap::new())
+        .map_err(|v| invalid(name, &format!("spec.{}", v.field), v.message))?;
+    req.object = Some(Box::new(object.clone()));
+    let req = validate::start(req).map_err(|v| invalid(name, &v.field, v.message))?;
+    let url =
+        api.server.agents.agent_url(&node).ok_or_else(|| {
+            SubresourceError::Unavailable(format!("no running agent on node {node}"))
+        })?;
+    let rec = api
+        .server
+        .agents
+        .client
+        .start(&url, &req)
+        .await
+        .map_err(|e| agent_error(e, name))?;
+    let rec = ProcessRecord {
+        object: Some(Box::new(object)),
+        ..rec
+    };
+    api.store.upsert(&url, &rec);
+    info!(%namespace, %name, pod = %pod.0, user = %user.username, exec_id = %exec_id, "process created");
+    let e = api
+        .store
+        .get(namespace, name)
+        .ok_or_else(|| not_found(name))?;
+    Ok(created(StatusCode::CREATED, e.json.to_string()))
+}
+
+fn created(code: StatusCode, json: String) -> Response {
+    (
+        code,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        json,
+    )
+        .into_response()
+}
+
+/// The pod (name, uid), its node and the container: the one named, or the one a selector picks
+/// as a SandboxProcess's would; refused, naming why, when it cannot take a process now.
+async fn target(
+    api: &Api,
+    namespace: &str,
+    spec: &SandboxProcessSpec,
+) -> Result<((String, String), String, String)> {
+    let pods = KubeApi::<Pod>::namespaced(api.server.client.clone(), namespace);
+    let read = |e: kube::Error| SubresourceError::Internal(format!("reading pods: {e}"));
+    let container = spec.container.as_deref();
+    let p = if let Some(sel) = &spec.pod_selector {
+        let all = pods.list(&ListParams::default()).await.map_err(read)?;
+        let chosen = pod::choose(all.items.iter(), namespace, sel, container).ok_or_else(|| {
+            SubresourceError::Conflict(format!(
+                "no pod in namespace {namespace} matches spec.podSelector with its container running and ready"
+            ))
+        })?;
+        all.items
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(&chosen))
+            .ok_or_else(|| SubresourceError::Internal("the chosen pod went".into()))?
+    } else {
+        pods.get_opt(&spec.pod_name)
+            .await
+            .map_err(read)?
+            .ok_or_else(|| {
+                SubresourceError::NotFound(format!("pods \"{}\" not found", spec.pod_name))
+            })?
+    };
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let f = pod::facts(&p, container);
+    let c = match &f.container {
+        ContainerFacts::Found { name, .. } => name.clone(),
+        ContainerFacts::NotInSpec { name: c } => {
+            return Err(SubresourceError::BadRequest(format!(
+                "container {c} is not valid for pod {name}"
+            )))
+        }
+        ContainerFacts::InitContainer { name: c } => {
+            return Err(SubresourceError::BadRequest(format!(
+                "container {c} of pod {name} is an init container: processes run in the pod's containers"
+            )))
+        }
+    };
+    if !pod::can_start(&f) {
+        let phase = match f.phase {
+            PodPhase::Running if f.terminating => "terminating".to_string(),
+            PodPhase::Running => format!("running, its container {c} not"),
+            other => format!("{other:?}"),
+        };
+        return Err(SubresourceError::BadRequest(format!(
+            "unable to start a process in pod {name}: it is {phase}"
+        )));
+    }
+    let node = f.node_name.clone().unwrap_or_default();
+    Ok(((name, f.uid), node, c))
+}
+
+/// A new object uid (RFC 4122 version 4), the process's exec id on its node.
+fn uid() -> Result<String> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| SubresourceError::Internal(e.to_string()))?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    ))
+}
+
+fn now_seconds() -> String {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    k8s_openapi::jiff::Timestamp::from_second(now.as_second())
+        .unwrap_or(now)
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uids_are_version_4() {
+        let u = uid().unwrap();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert!("89ab".contains(&u[19..20]), "{u}");
+        assert_ne!(u, uid().unwrap());
+    }
+
+    #[test]
+    fn names_are_given_or_generated_and_checked() {
+        let m = |name: Option<&str>, g: Option<&str>| NewMeta {
+            name: name.map(Into::into),
+            generate_name: g.map(Into::into),
+            ..Default::default()
+        };
+        assert_eq!(name_of(&m(Some("p1"), None)).unwrap(), "p1");
+        let g = name_of(&m(None, Some("run-"))).unwrap();
+        assert!(g.starts_with("run-") && g.len() == 9, "{g}");
+        let e = name_of(&m(None, None)).unwrap_err().to_string();
+        assert!(e.contains("metadata.name: Required value"), "{e}");
+        let e = name_of(&m(Some("Bad_Name"), None)).unwrap_err().to_string();
+        assert!(e.contains("metadata.name"), "{e}");
+    }
+
+    #[test]
+    fn bad_specs_get_the_validators_words_naming_the_field() {
+        let new: NewProcess = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"podName": "x", "command": []},
+        }))
+        .unwrap();
+        let e = check(&new, "ns", "p").unwrap_err().to_string();
+        assert!(
+            e.starts_with("Process.processes.sandbox.dev \"p\" is invalid: spec.command"),
+            "{e}"
+        );
+        let new: NewProcess = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "other"},
+            "spec": {"podName": "x", "command": ["true"]},
+        }))
+        .unwrap();
+        let e = check(&new, "ns", "p").unwrap_err().to_string();
+        assert!(e.contains("does not match the namespace"), "{e}");
+    }
+}

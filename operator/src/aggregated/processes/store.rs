@@ -1,0 +1,249 @@
+//! The replica's table of `processes`: every record an agent's watch sent that carries a
+//! `processes` object, rendered once per change into the object clients read, with this
+//! replica's resourceVersion, and a window of the latest changes for watches to resume from.
+//! Filled by the agents' watches through [`crate::agent::ObjectSink`]; nothing of it is in etcd.
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use sandbox_api::crd::SandboxProcessStatus;
+use sandbox_api::wire::ProcessRecord;
+use tokio::sync::broadcast;
+
+use super::object::{self, Columns};
+use super::version::{Versions, WINDOW};
+use crate::agent::ObjectSink;
+
+/// One process as served.
+#[derive(Debug)]
+pub struct Entry {
+    pub exec_id: String,
+    /// The agent (URL) whose watch sent it.
+    pub agent: String,
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub rv: u64,
+    /// What the table and the field selectors read.
+    pub columns: Columns,
+    /// The spec as created (JSON), to tell a repeated create from another one.
+    pub spec: serde_json::Value,
+    pub status: SandboxProcessStatus,
+    /// The whole object, as JSON, with `metadata.resourceVersion` = `rv`.
+    pub json: Arc<str>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Added => "ADDED",
+            Kind::Modified => "MODIFIED",
+            Kind::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as watches send it (a deletion carries the last state, at the deletion's rv).
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub rv: u64,
+    pub kind: Kind,
+    pub entry: Arc<Entry>,
+}
+
+struct Inner {
+    versions: Versions,
+    by_id: HashMap<String, Arc<Entry>>,
+    by_key: BTreeMap<(String, String), String>,
+    window: VecDeque<Change>,
+}
+
+pub struct Store {
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<Change>,
+}
+
+/// What a list or a watch from a resourceVersion gets.
+pub enum Since {
+    /// Every change after the rv, oldest first, and the receiver of those that follow.
+    Changes(Vec<Change>, broadcast::Receiver<Change>),
+    /// The rv is not one this replica can resume from (410 Gone: relist).
+    Expired,
+}
+
+impl Store {
+    pub fn new(epoch_ms: u64) -> Arc<Store> {
+        let (tx, _) = broadcast::channel(WINDOW);
+        Arc::new(Store {
+            inner: Mutex::new(Inner {
+                versions: Versions::new(epoch_ms),
+                by_id: HashMap::new(),
+                by_key: BTreeMap::new(),
+                window: VecDeque::new(),
+            }),
+            tx,
+        })
+    }
+
+    /// Every entry, and the replica's resourceVersion they were taken at.
+    pub fn list(&self) -> (Vec<Arc<Entry>>, u64) {
+        let inner = self.inner.lock().unwrap();
+        let items = inner
+            .by_key
+            .values()
+            .filter_map(|id| inner.by_id.get(id).cloned())
+            .collect();
+        (items, inner.versions.current())
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Entry>> {
+        let inner = self.inner.lock().unwrap();
+        let id = inner
+            .by_key
+            .get(&(namespace.to_string(), name.to_string()))?;
+        inner.by_id.get(id).cloned()
+    }
+
+    /// The current state, its rv, and the receiver of the changes after it (one lock: nothing
+    /// falls between).
+    pub fn snapshot(&self) -> (Vec<Arc<Entry>>, u64, broadcast::Receiver<Change>) {
+        let inner = self.inner.lock().unwrap();
+        let rx = self.tx.subscribe();
+        let items = inner
+            .by_key
+            .values()
+            .filter_map(|id| inner.by_id.get(id).cloned())
+            .collect();
+        (items, inner.versions.current(), rx)
+    }
+
+    /// The changes after `rv`, for a watch resumed from it.
+    pub fn since(&self, rv: u64) -> Since {
+        let inner = self.inner.lock().unwrap();
+        let oldest = inner.window.front().map(|c| c.rv);
+        if !inner.versions.resumable(rv, oldest) {
+            return Since::Expired;
+        }
+        let rx = self.tx.subscribe();
+        let changes = inner.window.iter().filter(|c| c.rv > rv).cloned().collect();
+        Since::Changes(changes, rx)
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.inner.lock().unwrap().versions.current()
+    }
+
+    fn record_change(inner: &mut Inner, tx: &broadcast::Sender<Change>, change: Change) {
+        if inner.window.len() >= WINDOW {
+            inner.window.pop_front();
+        }
+        inner.window.push_back(change.clone());
+        let _ = tx.send(change);
+    }
+
+    /// A record of a `processes` object, new or changed.
+    pub fn upsert(&self, agent: &str, rec: &ProcessRecord) {
+        let Some(obj) = rec.object.as_deref() else {
+            return;
+        };
+        let mut inner = self.inner.lock().unwrap();
+        let prev = inner.by_id.get(&rec.exec_id).cloned();
+        let prev_status = prev.as_ref().map(|e| &e.status);
+        let Some(rendered) = object::render(rec, obj, prev_status, now()) else {
+            return;
+        };
+        if let Some(p) = &prev {
+            // The same object again (a resync, another replica's copy of a start): no change.
+            if p.status == rendered.status && p.agent == agent {
+                return;
+            }
+        }
+        let key = (obj.namespace.clone(), obj.name.clone());
+        // A name another process holds (two creates racing on two replicas): the first kept.
+        if let Some(other) = inner.by_key.get(&key) {
+            if other != &rec.exec_id && inner.by_id.contains_key(other) {
+                tracing::warn!(namespace = %key.0, name = %key.1, exec_id = %rec.exec_id, holder = %other, "a second process with a name already held; not served");
+                return;
+            }
+        }
+        let rv = inner.versions.next();
+        let entry = Arc::new(Entry {
+            exec_id: rec.exec_id.clone(),
+            agent: agent.to_string(),
+            namespace: obj.namespace.clone(),
+            name: obj.name.clone(),
+            labels: obj.labels.clone(),
+            rv,
+            json: object::to_json(rec, obj, &rendered.status, rv).into(),
+            columns: rendered.columns,
+            spec: obj.spec.clone(),
+            status: rendered.status,
+        });
+        inner.by_key.insert(key, rec.exec_id.clone());
+        inner.by_id.insert(rec.exec_id.clone(), entry.clone());
+        let kind = if prev.is_some() {
+            Kind::Modified
+        } else {
+            Kind::Added
+        };
+        Self::record_change(&mut inner, &self.tx, Change { rv, kind, entry });
+    }
+
+    /// The agent forgot the process (deleted, or expired after its end).
+    pub fn remove(&self, exec_id: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        let Some(old) = inner.by_id.remove(exec_id) else {
+            return;
+        };
+        let key = (old.namespace.clone(), old.name.clone());
+        if inner.by_key.get(&key).map(String::as_str) == Some(exec_id) {
+            inner.by_key.remove(&key);
+        }
+        let rv = inner.versions.next();
+        Self::record_change(
+            &mut inner,
+            &self.tx,
+            Change {
+                rv,
+                kind: Kind::Deleted,
+                entry: old,
+            },
+        );
+    }
+
+    /// Live processes in a namespace (the per-namespace bound).
+    pub fn live_in(&self, namespace: &str) -> usize {
+        let inner = self.inner.lock().unwrap();
+        inner
+            .by_key
+            .range((namespace.to_string(), String::new())..)
+            .take_while(|((ns, _), _)| ns == namespace)
+            .filter_map(|(_, id)| inner.by_id.get(id))
+            .filter(|e| !e.status.is_final())
+            .count()
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+impl ObjectSink for Store {
+    fn upsert(&self, agent: &str, record: &ProcessRecord) {
+        Store::upsert(self, agent, record)
+    }
+
+    fn removed(&self, exec_id: &str) {
+        Store::remove(self, exec_id)
+    }
+}
+
+#[cfg(test)]
+mod tests;
