@@ -61,6 +61,10 @@ struct Args {
     /// Most live (not ended) `processes` per namespace; a create beyond it is refused (429).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     processes_per_namespace: u64,
+    /// Seconds an ended `processes` object is kept (its record and output on its node) when its
+    /// spec sets no `ttlSecondsAfterFinished`.
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(0..=i32::MAX as u64))]
+    processes_ttl_seconds: u64,
     /// Leader election through one Lease per cluster: every operator of the cluster (replicas,
     /// other releases, one started by hand) must share it, so that only one acts. Turn off only
     /// where no other operator can run.
@@ -372,6 +376,10 @@ fn serve_subresources(args: &Args, client: Client, at: Serving, metrics: Arc<Met
         processes: store,
     } = at;
     let per_namespace = args.processes_per_namespace as usize;
+    let (ttl, grace) = (
+        args.processes_ttl_seconds,
+        Duration::from_secs(args.agent_grace_seconds),
+    );
     let (namespace, secret) = (args.namespace.clone(), args.serving_secret.clone());
     let webhook = args.webhook_addr;
     // The certificate served, whoever issued it: its expiry is what an alert must see.
@@ -386,7 +394,9 @@ fn serve_subresources(args: &Args, client: Client, at: Serving, metrics: Arc<Met
             agents,
             request_headers,
         });
-        let more = processes::router(processes::Api::new(server.clone(), store, per_namespace));
+        let api = processes::Api::new(server.clone(), store, per_namespace);
+        tokio::spawn(processes::keep::run(api.clone(), ttl, grace));
+        let more = processes::router(api);
         if let Some(addr) = webhook {
             let tls = tls.clone();
             tokio::spawn(async move {

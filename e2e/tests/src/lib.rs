@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod ns;
 pub mod pods;
+pub mod processes;
 pub mod release;
 pub mod tenants;
 pub mod upgrade;

@@ -134,6 +134,20 @@ impl Agents {
         }
     }
 
+    /// Whether the watch of `url` has synced since we started: its records are known (what a
+    /// create must see before it can tell a repeated create from a new one).
+    pub fn synced_once(&self, url: &str) -> bool {
+        let state = self.state.lock().unwrap();
+        state.get(url).is_some_and(|s| s.ever_synced)
+    }
+
+    /// The last record the watch of `url` kept of `id`, synced or not (what a process whose
+    /// agent went silent last showed).
+    pub fn last_known(&self, url: &str, id: &str) -> Option<Box<ProcessRecord>> {
+        let state = self.state.lock().unwrap();
+        state.get(url)?.records.get(id).map(|k| k.record.clone())
+    }
+
     /// Looks for exec id `id` in every agent's watch cache (the agents' pods as now known), for
     /// an object created at `created`: one created after our leadership began cannot have been
     /// started by an earlier leader, and is not looked for (nor waited on).

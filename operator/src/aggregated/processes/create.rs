@@ -19,6 +19,7 @@ use serde::Deserialize;
 use tracing::info;
 
 use super::read::not_found;
+use super::store::Entry;
 use super::{Api, GROUP, GROUP_VERSION, KIND};
 use crate::aggregated::subresources::authorization::{authorize_exec_for, caller};
 use crate::aggregated::subresources::tls::Peer;
@@ -167,22 +168,26 @@ async fn create_named(
     let spec_json =
         serde_json::to_value(&new.spec).map_err(|e| SubresourceError::Internal(e.to_string()))?;
     if let Some(e) = api.store.get(namespace, name) {
-        if e.spec == spec_json {
-            return Ok(created(StatusCode::OK, e.json.to_string()));
-        }
-        return Err(SubresourceError::AlreadyExists(format!(
-            "processes.{GROUP} \"{name}\" already exists (with another spec)"
-        )));
+        return same_or_conflict(&e, &spec_json, name);
     }
     let live = api.store.live_in(namespace);
     if live >= api.per_namespace {
         return Err(SubresourceError::TooManyRequests(format!(
-            "namespace {namespace} has {live} live processes, its bound (processes.perNamespace, {}): wait for one to end or delete one",
+            "namespace {namespace} has {live} live processes, its bound (operator.processesPerNamespace, {}): wait for one to end or delete one",
             api.per_namespace
         )));
     }
     let (pod, node, container) = target(api, namespace, &new.spec).await?;
     authorize_exec_for(&api.server, user, namespace, &pod.0, "starting a process").await?;
+    let url =
+        api.server.agents.agent_url(&node).ok_or_else(|| {
+            SubresourceError::Unavailable(format!("no running agent on node {node}"))
+        })?;
+    known_on(api, &url, &node).await?;
+    if let Some(e) = api.store.get(namespace, name) {
+        // Made before this replica knew the node (a create retried across a failover).
+        return same_or_conflict(&e, &spec_json, name);
+    }
     let exec_id = uid()?;
     let object = ProcessObject {
         namespace: namespace.into(),
@@ -203,10 +208,6 @@ async fn create_named(
         .map_err(|v| invalid(name, &format!("spec.{}", v.field), v.message))?;
     req.object = Some(Box::new(object.clone()));
     let req = validate::start(req).map_err(|v| invalid(name, &v.field, v.message))?;
-    let url =
-        api.server.agents.agent_url(&node).ok_or_else(|| {
-            SubresourceError::Unavailable(format!("no running agent on node {node}"))
-        })?;
     let rec = api
         .server
         .agents
@@ -225,6 +226,34 @@ async fn create_named(
         .get(namespace, name)
         .ok_or_else(|| not_found(name))?;
     Ok(created(StatusCode::CREATED, e.json.to_string()))
+}
+
+/// A create of a name held: the process, when the spec is the same; else 409.
+fn same_or_conflict(e: &Entry, spec: &serde_json::Value, name: &str) -> Result<Response> {
+    if &e.spec == spec {
+        return Ok(created(StatusCode::OK, e.json.to_string()));
+    }
+    Err(SubresourceError::AlreadyExists(format!(
+        "processes.{GROUP} \"{name}\" already exists (with another spec)"
+    )))
+}
+
+/// How long a create waits for this replica to know what the target node's agent holds.
+const KNOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until this replica's watch of the node's agent has synced once: before, a repeated
+/// create (retried across a failover) would not be told from a new one and start twice.
+async fn known_on(api: &Api, url: &str, node: &str) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + KNOWN_WAIT;
+    while !api.server.agents.synced_once(url) {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(SubresourceError::Unavailable(format!(
+                "this operator replica does not know yet what the agent on node {node} holds; try again"
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Ok(())
 }
 
 fn created(code: StatusCode, json: String) -> Response {

@@ -14,10 +14,11 @@
 //! `create pods/exec` on the target pod (a SubjectAccessReview for the caller), as `kubectl exec`.
 //!
 //! One job per file: the table ([`store`]), the object and its row ([`object`]), selectors
-//! ([`select`]), resource versions ([`version`]), and the handlers ([`create`], [`read`],
+//! ([`select`]), resource versions ([`version`]), ends and lost agents ([`keep`]), and the handlers ([`create`], [`read`],
 //! [`delete`]).
 mod create;
 mod delete;
+pub mod keep;
 mod object;
 mod read;
 mod select;

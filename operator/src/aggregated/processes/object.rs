@@ -29,12 +29,14 @@ pub struct Rendered {
     pub columns: Columns,
 }
 
-/// The status of the process this record is, after `prev` (`None`: first seen). `None` when
-/// the kept spec does not read as a spec (written by a newer operator).
+/// The status of the process this record is, after `prev` (`None`: first seen), with what its
+/// agent says now (`None`: the record itself; else its agent unreachable). `None` when the kept
+/// spec does not read as a spec (written by a newer operator).
 pub fn render(
     rec: &ProcessRecord,
     obj: &ProcessObject,
     prev: Option<&SandboxProcessStatus>,
+    view: Option<&AgentView>,
     now: Time,
 ) -> Option<Rendered> {
     let spec: SandboxProcessSpec = serde_json::from_value(obj.spec.clone()).ok()?;
@@ -52,7 +54,8 @@ pub fn render(
         },
     };
     let default = SandboxProcessStatus::default();
-    let agent = AgentView::Record(Box::new(rec.clone()));
+    let record = AgentView::Record(Box::new(rec.clone()));
+    let agent = view.unwrap_or(&record);
     let facts = Facts {
         generation: Some(1),
         spec: &spec,
@@ -60,7 +63,7 @@ pub fn render(
         pod_name: &obj.pod_name,
         pod: Some(&pod),
         created: created.as_ref(),
-        agent: &agent,
+        agent,
         invalid: None,
         now,
         agent_grace: Duration::from_secs(30),
@@ -213,7 +216,7 @@ mod tests {
             ..ProcessRecord::starting("u-1", "pod-uid", "main", "ctr")
         };
         let now = Time("2026-12-06T10:00:03Z".parse().unwrap());
-        let r = render(&rec, &obj, None, now).expect("rendered");
+        let r = render(&rec, &obj, None, None, now).expect("rendered");
         assert!(r.status.is_final(), "{:?}", r.status);
         assert_eq!(r.columns.phase, "Exited");
         assert_eq!(r.columns.exit, Some(3));
@@ -240,7 +243,7 @@ mod tests {
         obj.spec = json!({"command": "not a list"});
         let rec = ProcessRecord::starting("u", "p", "c", "");
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        assert!(render(&rec, &obj, None, now).is_none());
+        assert!(render(&rec, &obj, None, None, now).is_none());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use tokio::sync::broadcast;
 use super::object::{self, Columns};
 use super::version::{Versions, WINDOW};
 use crate::agent::ObjectSink;
+use crate::status::AgentView;
 
 /// One process as served.
 #[derive(Debug)]
@@ -150,13 +151,19 @@ impl Store {
 
     /// A record of a `processes` object, new or changed.
     pub fn upsert(&self, agent: &str, rec: &ProcessRecord) {
+        self.put(agent, rec, None)
+    }
+
+    /// The process of this record, its agent unreachable (`AgentView::Unreachable`), or
+    /// answering again (`None`: the record speaks).
+    pub fn put(&self, agent: &str, rec: &ProcessRecord, view: Option<&AgentView>) {
         let Some(obj) = rec.object.as_deref() else {
             return;
         };
         let mut inner = self.inner.lock().unwrap();
         let prev = inner.by_id.get(&rec.exec_id).cloned();
         let prev_status = prev.as_ref().map(|e| &e.status);
-        let Some(rendered) = object::render(rec, obj, prev_status, now()) else {
+        let Some(rendered) = object::render(rec, obj, prev_status, view, now()) else {
             return;
         };
         if let Some(p) = &prev {
@@ -216,6 +223,11 @@ impl Store {
                 entry: old,
             },
         );
+    }
+
+    /// Every entry, for the keeper's rounds ([`super::keep`]).
+    pub fn entries(&self) -> Vec<Arc<Entry>> {
+        self.inner.lock().unwrap().by_id.values().cloned().collect()
     }
 
     /// Live processes in a namespace (the per-namespace bound).

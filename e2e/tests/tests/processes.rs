@@ -1,0 +1,345 @@
+//! The `processes` resource, served from the nodes (e2e/suite): create, get, list, watch and
+//! delete through the API server as kubectl and kube-rs use them; a second create; the rights of
+//! `kubectl exec`; bad input named by field; the end's ttl. Each test has its own namespace.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use futures::TryStreamExt;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use sandbox_e2e::manifests::{pod, sh};
+use sandbox_e2e::processes::{process, text};
+use sandbox_e2e::{cmd, with_ns};
+use serde_json::json;
+
+fn kube_status(e: &anyhow::Error) -> Option<(u16, String, String)> {
+    match e.downcast_ref::<kube::Error>()? {
+        kube::Error::Api(s) => Some((s.code, s.reason.clone(), s.message.clone())),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn a_process_runs_and_reads_as_any_resource() {
+    with_ns("proc-basic", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let mut o = process(
+            "p1",
+            "work",
+            sh("echo out; echo err >&2; exit 7", json!({})),
+        );
+        o["metadata"]["labels"] = json!({"app": "demo"});
+        let created = t.create_proc(o).await?;
+        ensure!(
+            !text(&created, "/metadata/uid").is_empty(),
+            "no uid: {:?}",
+            created.data
+        );
+        ensure!(!text(&created, "/metadata/resourceVersion").is_empty());
+        let done = t
+            .until_proc("p1", 60, "exit", |o| text(o, "/status/phase") == "Exited")
+            .await?;
+        assert_eq!(text(&done, "/status/exit/code"), "7");
+        assert_eq!(text(&done, "/status/endReason"), "Exited");
+        assert_eq!(text(&done, "/status/podName"), "work");
+        // Both streams, combined (their order between two pipes is the reader's).
+        let tail = text(&done, "/status/output/tail");
+        ensure!(
+            tail.len() == 8 && tail.contains("out\n") && tail.contains("err\n"),
+            "{tail:?}"
+        );
+        assert_eq!(
+            text(&done, "/metadata/uid"),
+            text(&created, "/metadata/uid")
+        );
+        // Selectors: the process's labels, its pod and its phase.
+        let lists = [
+            ("app=demo", "", 1),
+            ("app=other", "", 0),
+            ("", "status.phase=Exited", 1),
+            ("", "spec.podName=work,metadata.name=p1", 1),
+            ("", "status.phase=Running", 0),
+        ];
+        for (labels, fields, n) in lists {
+            let lp = ListParams::default().labels(labels).fields(fields);
+            let got = t.procs().list(&lp).await?;
+            assert_eq!(got.items.len(), n, "{labels:?} {fields:?}");
+            ensure!(got
+                .metadata
+                .resource_version
+                .is_some_and(|rv| !rv.is_empty()));
+        }
+        // kubectl's table: the columns of `kubectl get sbp`.
+        let table = t.kubectl(&["get", "processes"]).await?;
+        let head: Vec<&str> = table
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            head,
+            ["NAME", "POD", "PHASE", "READY", "RESTARTS", "EXIT", "REASON", "AGE"]
+        );
+        let row: Vec<&str> = table
+            .lines()
+            .nth(1)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        assert_eq!(&row[..3], ["p1", "work", "Exited"], "{table}");
+        assert!(row.contains(&"7"), "{table}");
+        let all = cmd::kubectl(&["get", "proc", "-A", "-o", "name"]).await?;
+        assert!(
+            all.lines().any(|l| l == "process.processes.sandbox.dev/p1"),
+            "{all}"
+        );
+        // A running process deleted: stopped (its tree gone from the pod) and forgotten.
+        t.create_proc(process(
+            "long",
+            "work",
+            sh("sleep 300", json!({"terminationGracePeriodSeconds": 1})),
+        ))
+        .await?;
+        t.until_proc("long", 60, "run", |o| text(o, "/status/phase") == "Running")
+            .await?;
+        assert_eq!(t.count_procs("work", "sleep 300").await?, 1);
+        t.kubectl(&["delete", "process", "long", "--timeout=60s"])
+            .await?;
+        ensure!(
+            t.procs().get_opt("long").await?.is_none(),
+            "still served after kubectl delete returned"
+        );
+        assert_eq!(t.count_procs("work", "sleep 300").await?, 0);
+        // An ended one is forgotten at once.
+        t.procs().delete("p1", &DeleteParams::default()).await?;
+        t.until_proc_gone("p1", 30).await?;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn a_second_create_returns_the_first_or_conflicts() {
+    with_ns("proc-twice", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let o = process(
+            "once",
+            "work",
+            sh("echo $$ >> /tmp/once; sleep 2", json!({})),
+        );
+        let first = t.create_proc(o.clone()).await?;
+        let again = t.create_proc(o).await?;
+        assert_eq!(text(&again, "/metadata/uid"), text(&first, "/metadata/uid"));
+        let other = process("once", "work", sh("echo other", json!({})));
+        let e = t.create_proc(other).await.unwrap_err();
+        let (code, reason, message) = kube_status(&e).context("an API status")?;
+        assert_eq!((code, reason.as_str()), (409, "AlreadyExists"), "{message}");
+        t.until_proc("once", 60, "exit", |o| text(o, "/status/phase") == "Exited")
+            .await?;
+        assert_eq!(
+            t.in_pod("work", &["wc", "-l", "/tmp/once"])
+                .await?
+                .split_whitespace()
+                .next(),
+            Some("1")
+        );
+        // generateName: a fresh name each time.
+        let gen = json!({
+            "apiVersion": "processes.sandbox.dev/v1alpha1", "kind": "Process",
+            "metadata": {"generateName": "run-"},
+            "spec": {"podName": "work", "command": ["true"]},
+        });
+        let a = t.create_proc(gen.clone()).await?;
+        let b = t.create_proc(gen).await?;
+        let (a, b) = (text(&a, "/metadata/name"), text(&b, "/metadata/name"));
+        ensure!(
+            a.starts_with("run-") && b.starts_with("run-") && a != b,
+            "{a} {b}"
+        );
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn the_rights_are_those_of_kubectl_exec() {
+    with_ns("proc-rights", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let ns = t.name.clone();
+        t.kubectl(&[
+            "create",
+            "rolebinding",
+            "viewer",
+            "--clusterrole=view",
+            "--user=vic",
+        ])
+        .await?;
+        t.kubectl(&[
+            "create",
+            "role",
+            "procs",
+            "--verb=create,get,list,watch,delete",
+            "--resource=processes.processes.sandbox.dev",
+        ])
+        .await?;
+        t.kubectl(&[
+            "create",
+            "rolebinding",
+            "procs",
+            "--role=procs",
+            "--user=pat",
+        ])
+        .await?;
+        t.create_proc(process("mine", "work", sh("exit 0", json!({}))))
+            .await?;
+        let o = process("p", "work", sh("exit 0", json!({})));
+        // view: reads, never creates.
+        let vic = t.as_user("vic").await?;
+        assert_eq!(
+            vic.procs().list(&ListParams::default()).await?.items.len(),
+            1
+        );
+        let e = vic.create_proc(o.clone()).await.unwrap_err();
+        assert_eq!(kube_status(&e).map(|s| s.0), Some(403), "{e:#}");
+        // processes without pods/exec: refused, naming pods/exec.
+        let pat = t.as_user("pat").await?;
+        let e = pat.create_proc(o.clone()).await.unwrap_err();
+        let (code, _, message) = kube_status(&e).context("an API status")?;
+        assert_eq!(code, 403, "{message}");
+        assert!(
+            message.contains("pods/exec") && message.contains("starting a process"),
+            "{message}"
+        );
+        ensure!(
+            t.procs().get_opt("p").await?.is_none(),
+            "created although refused"
+        );
+        // Nobody here may list processes across namespaces.
+        let e = vic
+            .client
+            .request::<serde_json::Value>(
+                http::Request::get("/apis/processes.sandbox.dev/v1alpha1/processes")
+                    .body(vec![])?,
+            )
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("forbidden"), "{e} ({ns})");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn bad_input_is_refused_naming_the_field() {
+    with_ns("proc-bad", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let cases = [
+            (process("neg", "work", json!({"command": ["true"], "timeoutSeconds": -1})), 422, "spec.timeoutSeconds"),
+            (process("empty", "work", json!({"command": []})), 422, "spec.command"),
+            (process("ref", "work", json!({"command": ["true"], "env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]})), 422, "spec.env[0].valueFrom"),
+            (process("Bad_Name", "work", json!({"command": ["true"]})), 422, "metadata.name"),
+            (process("nopod", "nosuch", json!({"command": ["true"]})), 404, "pods \"nosuch\" not found"),
+            (process("noctr", "work", json!({"command": ["true"], "container": "nope"})), 400, "container nope"),
+        ];
+        for (o, code, says) in cases {
+            let e = t.create_proc(o).await.unwrap_err();
+            let (got, _, message) = kube_status(&e).with_context(|| format!("{e:#}"))?;
+            assert_eq!(got, code, "{message}");
+            assert!(message.contains(says), "{message} (wanted {says:?})");
+        }
+        ensure!(t.procs().list(&ListParams::default()).await?.items.is_empty(), "a refused create left a process");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn an_ended_process_goes_after_its_ttl() {
+    with_ns("proc-ttl", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        t.create_proc(process(
+            "short",
+            "work",
+            sh("exit 3", json!({"ttlSecondsAfterFinished": 2})),
+        ))
+        .await?;
+        t.until_proc("short", 60, "exit", |o| {
+            text(o, "/status/phase") == "Exited"
+        })
+        .await?;
+        t.until_proc_gone("short", 30).await?;
+        Ok(())
+    })
+    .await;
+}
+
+/// kube-rs's watcher over the resource: every process seen in its final state with its exact
+/// exit code, and nothing invented.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn a_watcher_sees_each_process_end_with_its_code() {
+    with_ns("proc-watch", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        const N: usize = 40;
+        let seen = watch_until_final(&t, N, Duration::from_secs(120), || async {
+            for i in 0..N {
+                let o = process(
+                    &format!("w{i}"),
+                    "work",
+                    sh(&format!("exit {}", i % 7), json!({})),
+                );
+                t.procs()
+                    .create(&PostParams::default(), &serde_json::from_value(o)?)
+                    .await?;
+            }
+            Ok(())
+        })
+        .await?;
+        for i in 0..N {
+            assert_eq!(
+                seen.get(&format!("w{i}")).map(String::as_str),
+                Some((i % 7).to_string().as_str())
+            );
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// Runs `make` while a watcher (kube::runtime::watcher) follows the namespace; returns each
+/// name's exit code once `n` processes are final. Fails on a name it did not make.
+pub async fn watch_until_final<F, Fut>(
+    t: &sandbox_e2e::TestNs,
+    n: usize,
+    within: Duration,
+    make: F,
+) -> Result<BTreeMap<String, String>>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let stream = watcher(t.procs(), watcher::Config::default()).applied_objects();
+    let follow = async {
+        let mut stream = std::pin::pin!(stream);
+        let mut finals = BTreeMap::new();
+        while let Some(o) = stream.try_next().await? {
+            if text(&o, "/status/phase") == "Exited" {
+                finals.insert(text(&o, "/metadata/name"), text(&o, "/status/exit/code"));
+            }
+            if finals.len() >= n {
+                return Ok::<_, anyhow::Error>(finals);
+            }
+        }
+        anyhow::bail!("the watcher ended")
+    };
+    let (finals, made) = tokio::join!(tokio::time::timeout(within, follow), make());
+    made?;
+    finals.map_err(|_| anyhow::anyhow!("not all {n} processes seen final within {within:?}"))?
+}

@@ -1,0 +1,177 @@
+//! What the table keeps, round by round: an ended process is forgotten on its node once its
+//! `ttlSecondsAfterFinished` (default `--processes-ttl-seconds`) has passed, and a process whose
+//! agent has not answered for the agent grace period shows it (`ProcessLost`, as a
+//! SandboxProcess does), until the agent answers again. Every replica keeps its table; a forget
+//! sent twice (two replicas) is one.
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use tracing::{info, warn};
+
+use super::store::Entry;
+use super::Api;
+use crate::status::AgentView;
+
+/// How often the keeper looks.
+const ROUND: Duration = Duration::from_secs(5);
+
+/// The longest a forget may take (stopping nothing: the process has ended).
+const FORGET_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether an ended process's time is up: `ttl` seconds after its end.
+pub fn expired(e: &Entry, default_ttl: u64, now: Timestamp) -> bool {
+    if !e.status.is_final() {
+        return false;
+    }
+    let ttl = e
+        .spec
+        .get("ttlSecondsAfterFinished")
+        .and_then(|t| t.as_i64())
+        .map_or(default_ttl as i64, |t| t.max(0));
+    let Some(end) = e.status.finished_at.as_ref().or_else(|| {
+        // An end without a time (never started): counted from the last transition.
+        e.status
+            .conditions
+            .iter()
+            .map(|c| &c.last_transition_time)
+            .max_by_key(|t| t.0)
+    }) else {
+        return false;
+    };
+    now.as_second().saturating_sub(end.0.as_second()) >= ttl
+}
+
+pub async fn run(api: Arc<Api>, default_ttl: u64, grace: Duration) {
+    loop {
+        tokio::time::sleep(ROUND).await;
+        round(&api, default_ttl, grace).await;
+    }
+}
+
+async fn round(api: &Api, default_ttl: u64, grace: Duration) {
+    let now = Timestamp::now();
+    let agents = &api.server.agents;
+    for e in api.store.entries() {
+        let down = agents.unreachable_since(&e.agent);
+        if down.is_none() && expired(&e, default_ttl, now) {
+            match agents
+                .client
+                .forget(&e.agent, &e.exec_id, FORGET_TIMEOUT)
+                .await
+            {
+                Ok(()) => {
+                    api.store.remove(&e.exec_id);
+                    info!(namespace = %e.namespace, name = %e.name, "process forgotten after its ttlSecondsAfterFinished");
+                }
+                Err(err) => {
+                    warn!(namespace = %e.namespace, name = %e.name, error = %err, "forgetting an expired process")
+                }
+            }
+            continue;
+        }
+        let Some(rec) = agents.last_known(&e.agent, &e.exec_id) else {
+            continue;
+        };
+        match down {
+            Some(since) if elapsed(&since, now) >= grace && !e.status.is_final() => {
+                let view = AgentView::Unreachable {
+                    since,
+                    message: "its watch stream is down".into(),
+                };
+                api.store.put(&e.agent, &rec, Some(&view));
+            }
+            // Answering again: the record speaks (a no-op when nothing changed).
+            None if e.status.error.is_some() && !e.status.is_final() => {
+                api.store.put(&e.agent, &rec, None)
+            }
+            _ => {}
+        }
+    }
+}
+
+fn elapsed(since: &Time, now: Timestamp) -> Duration {
+    Duration::from_secs(now.as_second().saturating_sub(since.0.as_second()).max(0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_api::crd::{Phase, SandboxProcessStatus};
+    use serde_json::json;
+
+    fn entry(ttl: Option<i64>, phase: Phase, finished: Option<&str>) -> Entry {
+        let mut spec = json!({"podName": "p", "command": ["true"]});
+        if let Some(t) = ttl {
+            spec["ttlSecondsAfterFinished"] = t.into();
+        }
+        Entry {
+            exec_id: "u".into(),
+            agent: "a".into(),
+            namespace: "ns".into(),
+            name: "n".into(),
+            labels: Default::default(),
+            rv: 1,
+            columns: Default::default(),
+            spec,
+            status: SandboxProcessStatus {
+                phase: Some(phase),
+                finished_at: finished.map(|f| Time(f.parse().unwrap())),
+                ..Default::default()
+            },
+            json: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn an_ended_process_is_kept_for_its_ttl() {
+        let now: Timestamp = "2026-12-06T12:00:00Z".parse().unwrap();
+        let cases = [
+            (
+                None,
+                Phase::Exited,
+                Some("2026-12-06T11:00:00Z"),
+                true,
+                "default ttl (3600) reached",
+            ),
+            (
+                None,
+                Phase::Exited,
+                Some("2026-12-06T11:00:01Z"),
+                false,
+                "default ttl not reached",
+            ),
+            (
+                Some(0),
+                Phase::Exited,
+                Some("2026-12-06T12:00:00Z"),
+                true,
+                "ttl 0: at once",
+            ),
+            (
+                Some(60),
+                Phase::Exited,
+                Some("2026-12-06T11:58:59Z"),
+                true,
+                "its own ttl",
+            ),
+            (
+                Some(60),
+                Phase::Exited,
+                Some("2026-12-06T11:59:30Z"),
+                false,
+                "its own ttl, not yet",
+            ),
+            (Some(0), Phase::Running, None, false, "running: never"),
+            (Some(0), Phase::Exited, None, false, "no end time known yet"),
+        ];
+        for (ttl, phase, finished, want, why) in cases {
+            assert_eq!(
+                expired(&entry(ttl, phase, finished), 3600, now),
+                want,
+                "{why}"
+            );
+        }
+    }
+}
