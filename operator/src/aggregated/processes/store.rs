@@ -225,7 +225,7 @@ impl Store {
         );
     }
 
-    /// Every entry, for the keeper's rounds ([`super::keep`]).
+    /// Every entry, for the keeper's rounds.
     pub fn entries(&self) -> Vec<Arc<Entry>> {
         self.inner.lock().unwrap().by_id.values().cloned().collect()
     }
