@@ -22,6 +22,7 @@ Usage: boundary.py snapshot > FILE
                                                fits in about MINUTES)
        boundary.py merge LEDGER               (its new passing pairs into e2e/ci-adjacent.tsv)
 """
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -57,31 +58,49 @@ def kubectl_json(*args):
     return json.loads(out) if out else {"items": []}
 
 
+WEBHOOKS_AND_CRDS = ("customresourcedefinitions", "mutatingwebhookconfigurations",
+                     "validatingwebhookconfigurations", "priorityclasses")
+
+
+def fetch_all(calls):
+    """kubectl_json of each call, all at once: a snapshot is a dozen kubectl runs, taken 14
+    times a CI run, and one after the other they cost a minute of it."""
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as ex:
+        futures = {c: ex.submit(kubectl_json, *c) for c in calls}
+        return {c: f.result() for c, f in futures.items()}
+
+
 def cluster_items():
     """Lines "kind name attributes" for every object a suite makes that can outlive it."""
     lines = []
-    for n in kubectl_json("get", "nodes")["items"]:
+    got = fetch_all([("get", "nodes"), ("get", "namespaces"), ("get", "sandboxprocesses", "-A"),
+                     ("get", "processes.processes.sandbox.dev", "-A"),
+                     ("get", "apiservices")] + [("get", k) for k in WEBHOOKS_AND_CRDS])
+    for n in got[("get", "nodes")]["items"]:
         conds = n["status"].get("conditions", [])
         ready = [c["status"] for c in conds if c["type"] == "Ready"]
         lines.append(f"node {n['metadata']['name']} ready={''.join(ready)}")
         # DiskPressure and the like: a node that evicts the next suite's pods.
         lines += [f"nodepressure {n['metadata']['name']} {c['type']}" for c in conds
                   if c["type"] != "Ready" and c["status"] == "True"]
-    for ns in kubectl_json("get", "namespaces")["items"]:
+    for ns in got[("get", "namespaces")]["items"]:
         name = ns["metadata"]["name"]
         if name not in SYSTEM_NS:
             lines.append(f"namespace {name} {ns['status']['phase']}")
-    for o in kubectl_json("get", "sandboxprocesses", "-A")["items"]:
+    for o in got[("get", "sandboxprocesses", "-A")]["items"]:
         m = o["metadata"]
         gone = " deleting" if m.get("deletionTimestamp") else ""
         lines.append(f"sandboxprocess {m['namespace']}/{m['name']}{gone}")
-    for kind in ("customresourcedefinitions", "mutatingwebhookconfigurations",
-                 "validatingwebhookconfigurations", "priorityclasses"):
-        for o in kubectl_json("get", kind)["items"]:
+    # served from the nodes while a release runs (none without one)
+    for o in got[("get", "processes.processes.sandbox.dev", "-A")]["items"]:
+        m = o["metadata"]
+        lines.append(f"process {m['namespace']}/{m['name']}")
+    for kind in WEBHOOKS_AND_CRDS:
+        for o in got[("get", kind)]["items"]:
             name = o["metadata"]["name"]
             if not name.startswith("system-"):
                 lines.append(f"{kind[:-1]} {name}")
-    for o in kubectl_json("get", "apiservices")["items"]:
+    for o in got[("get", "apiservices")]["items"]:
         if o["spec"].get("service"):
             ok = [c["status"] for c in o["status"].get("conditions", []) if c["type"] == "Available"]
             lines.append(f"apiservice {o['metadata']['name']} available={''.join(ok)}")
@@ -94,8 +113,10 @@ def release_items():
     lines = []
     for r in json.loads(tool("helm", "list", "-A", "-o", "json") or "[]"):
         lines.append(f"release {r['namespace']}/{r['name']} {r['chart']} {r['status']}")
+    sel = "app.kubernetes.io/part-of=sandbox-process-operator"
+    got = fetch_all([("get", kind, "-A", "-l", sel) for kind in ("deployments", "daemonsets")])
     for kind in ("deployments", "daemonsets"):
-        for o in kubectl_json("get", kind, "-A", "-l", "app.kubernetes.io/part-of=sandbox-process-operator")["items"]:
+        for o in got[("get", kind, "-A", "-l", sel)]["items"]:
             m, spec = o["metadata"], o["spec"]["template"]["spec"]
             shape = json.dumps([spec.get("nodeSelector"), spec.get("affinity"),
                                 o["spec"].get("replicas")], sort_keys=True)

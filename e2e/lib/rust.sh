@@ -12,9 +12,11 @@ rust_tests() {
   # the temporary namespaces of an earlier, killed run of this test binary
   kubectl delete namespace -l "e2e.sandbox.dev/temporary=$test" --wait=false >/dev/null 2>&1 || true
   log=$(mktemp)
-  (cd "$root" && cargo build -q -p sandbox-e2e --tests 2>&1) >"$log" ||
+  # --workspace, as CI's `cargo test --workspace` builds it: the same features, so the test
+  # binaries that step built are reused, not rebuilt with the e2e crate's features alone.
+  (cd "$root" && cargo test -q --workspace --test "$test" --no-run 2>&1) >"$log" ||
     { failed=$((failed + 1)); echo "FAIL building e2e/tests"; sed 's/^/     | /' "$log" | tail -40; rm -f "$log"; return 0; }
-  (cd "$root" && SPO_E2E_SUITE=1 SPO_NODE1=$NODE1 RUST_BACKTRACE=0 cargo test -p sandbox-e2e --test "$test" -- --ignored \
+  (cd "$root" && SPO_E2E_SUITE=1 SPO_NODE1=$NODE1 RUST_BACKTRACE=0 cargo test --workspace --test "$test" -- --ignored \
     --test-threads "$threads" --show-output 2>&1) >"$log" || rc=$?
   local summary
   summary=$(python3 - "$log" <<'PY'

@@ -111,7 +111,8 @@ pub fn start(req: StartRequest) -> Result<Valid<StartRequest>, Violation> {
 
 /// The most a `processes` object's copy on its node may take, as JSON: kept with the launch and
 /// in every record, in the agent's memory and the operator's. The API server takes 3 MiB for an
-/// etcd object; the operator refuses a create over this first (422 naming `metadata`/`spec`).
+/// etcd object; the operator refuses a create's body over twice this (422), the agent a start
+/// whose object is over it (naming `object`).
 pub const MAX_OBJECT_BYTES: usize = 64 * 1024;
 
 /// A `processes` object's copy: named, and small enough to keep per record.

@@ -253,6 +253,15 @@ async fn bad_input_is_refused_naming_the_field() {
             assert_eq!(got, code, "{message}");
             assert!(message.contains(says), "{message} (wanted {says:?})");
         }
+        // A typo is refused under strict field validation, naming the field (as kubectl sends it).
+        let body = serde_json::to_vec(&process("typo", "work", json!({"command": ["true"], "comand": ["x"]})))?;
+        let path = format!("/apis/processes.sandbox.dev/v1alpha1/namespaces/{}/processes?fieldValidation=Strict", t.name);
+        let e = t
+            .client
+            .request::<serde_json::Value>(http::Request::post(path).header("content-type", "application/json").body(body)?)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown field \"spec.comand\""), "{e}");
         ensure!(t.procs().list(&ListParams::default()).await?.items.is_empty(), "a refused create left a process");
         Ok(())
     })
@@ -342,4 +351,52 @@ where
     let (finals, made) = tokio::join!(tokio::time::timeout(within, follow), make());
     made?;
     finals.map_err(|_| anyhow::anyhow!("not all {n} processes seen final within {within:?}"))?
+}
+
+/// A namespace deleted: its processes go too (stopped, forgotten), as its SandboxProcesses do.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn a_deleted_namespace_takes_its_processes() {
+    with_ns("proc-nsgone", |t| async move {
+        // A second namespace of this test's, labelled as temporary too (a killed run's is swept).
+        let other = format!("{}-x", t.name);
+        let label = format!("{}={}", sandbox_e2e::ns::LABEL, "processes");
+        cmd::kubectl(&["create", "namespace", &other]).await?;
+        cmd::kubectl(&["label", "namespace", &other, &label]).await?;
+        let o = sandbox_e2e::TestNs {
+            name: other.clone(),
+            ..t.clone()
+        };
+        o.pods([pod("work", None)]).await?;
+        o.create_proc(process("lives", "work", sh("sleep 300", json!({}))))
+            .await?;
+        o.until_proc("lives", 60, "run", |p| {
+            text(p, "/status/phase") == "Running"
+        })
+        .await?;
+        cmd::kubectl(&["delete", "namespace", &other, "--wait=false"]).await?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let all = cmd::kubectl(&[
+                "get",
+                "processes",
+                "-A",
+                "-o",
+                "name",
+                "--field-selector",
+                &format!("metadata.namespace={other}"),
+            ])
+            .await?;
+            if all.trim().is_empty() {
+                break;
+            }
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "still served 60 s after its namespace was deleted: {all}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Ok(())
+    })
+    .await;
 }

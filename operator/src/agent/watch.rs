@@ -141,6 +141,26 @@ impl Agents {
         state.get(url).is_some_and(|s| s.ever_synced)
     }
 
+    /// Whether every agent's records are known here: each watch synced once, or waited for as
+    /// long as a start waits ([`SYNC_WAIT`]: an agent down since before we started is not waited
+    /// on forever). Before, a list would leave out what an agent holds.
+    pub fn all_known(&self) -> bool {
+        let now = Instant::now();
+        let Some(usable) = self.client.usable_since() else {
+            return false;
+        };
+        if !self.agents_listed() {
+            return false;
+        }
+        let serving = self.serving();
+        let state = self.state.lock().unwrap();
+        serving.iter().all(|(_, url)| {
+            state
+                .get(url)
+                .is_some_and(|s| !waited_for(s.ever_synced, s.watching_since, usable, now))
+        })
+    }
+
     /// The last record the watch of `url` kept of `id`, synced or not (what a process whose
     /// agent went silent last showed).
     pub fn last_known(&self, url: &str, id: &str) -> Option<Box<ProcessRecord>> {

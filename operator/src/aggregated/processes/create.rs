@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
@@ -20,10 +20,11 @@ use tracing::info;
 
 use super::read::not_found;
 use super::store::Entry;
+use super::strict::unknown_fields;
 use super::{Api, GROUP, GROUP_VERSION, KIND};
 use crate::aggregated::subresources::authorization::{authorize_exec_for, caller};
 use crate::aggregated::subresources::tls::Peer;
-use crate::aggregated::subresources::{agent_error, Result, SubresourceError};
+use crate::aggregated::subresources::{agent_error_for, Result, SubresourceError};
 use crate::pod;
 use crate::status::{ContainerFacts, PodPhase};
 
@@ -56,16 +57,37 @@ fn invalid(name: &str, field: &str, message: impl std::fmt::Display) -> Subresou
     ))
 }
 
+/// The query of a create, as the API server passes it on.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateParams {
+    field_validation: Option<String>,
+    dry_run: Option<String>,
+}
+
 pub async fn create(
     State(api): State<Arc<Api>>,
     Extension(peer): Extension<Peer>,
     Path(namespace): Path<String>,
+    Query(q): Query<CreateParams>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response> {
     let user = caller(&api.server, &peer, &headers)?;
+    if q.dry_run.is_some() {
+        return Err(SubresourceError::BadRequest(
+            "dryRun: not supported by processes (a create starts the process)".into(),
+        ));
+    }
     let new = parse(&body)?;
     let name = name_of(&new.metadata)?;
+    let unknown = unknown_spec_fields(&body, &new);
+    if !unknown.is_empty() && q.field_validation.as_deref() == Some("Strict") {
+        return Err(SubresourceError::BadRequest(format!(
+            "strict decoding error: unknown field \"{}\"",
+            unknown.join("\", unknown field \"")
+        )));
+    }
     check(&new, &namespace, &name)?;
     // One create of a name at a time on this replica: the second sees the first's process.
     let key = (namespace.clone(), name.clone());
@@ -79,7 +101,26 @@ pub async fn create(
     }
     let out = create_named(&api, &user, &namespace, &name, new).await;
     api.creating.lock().await.remove(&key);
-    out
+    let mut out = out?;
+    // fieldValidation=Warn (or none): the response names what was dropped.
+    for f in unknown.iter().take(10) {
+        let warning = format!("299 - \"unknown field \\\"{f}\\\"\"");
+        if let Ok(v) = axum::http::HeaderValue::from_str(&warning) {
+            out.headers_mut().append("warning", v);
+        }
+    }
+    Ok(out)
+}
+
+/// The spec's fields the body has and the spec does not know.
+fn unknown_spec_fields(body: &[u8], new: &NewProcess) -> Vec<String> {
+    let (Ok(sent), Ok(kept)) = (
+        serde_json::from_slice::<serde_json::Value>(body),
+        serde_json::to_value(&new.spec),
+    ) else {
+        return vec![];
+    };
+    unknown_fields(&sent["spec"], &kept, "spec")
 }
 
 fn parse(body: &[u8]) -> Result<NewProcess> {
@@ -214,7 +255,7 @@ async fn create_named(
         .client
         .start(&url, &req)
         .await
-        .map_err(|e| agent_error(e, name))?;
+        .map_err(|e| agent_error_for(e, "process", name))?;
     let rec = ProcessRecord {
         object: Some(Box::new(object)),
         ..rec

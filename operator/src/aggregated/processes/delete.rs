@@ -11,10 +11,10 @@ use axum::Extension;
 use tracing::info;
 
 use super::read::not_found;
-use super::Api;
+use super::{known, Api};
 use crate::aggregated::subresources::authorization::caller;
 use crate::aggregated::subresources::tls::Peer;
-use crate::aggregated::subresources::{agent_error, Result};
+use crate::aggregated::subresources::{agent_error_for, Result};
 
 /// Beyond the grace period, what a stop and a forget may take on a loaded node.
 const FORGET_MARGIN: Duration = Duration::from_secs(20);
@@ -26,6 +26,7 @@ pub async fn delete(
     headers: HeaderMap,
 ) -> Result<Response> {
     let user = caller(&api.server, &peer, &headers)?;
+    known(&api).await?;
     let e = api
         .store
         .get(&namespace, &name)
@@ -41,7 +42,7 @@ pub async fn delete(
         .client
         .forget(&e.agent, &e.exec_id, timeout)
         .await
-        .map_err(|err| agent_error(err, &name))?;
+        .map_err(|err| agent_error_for(err, "process", &name))?;
     api.store.remove(&e.exec_id);
     info!(%namespace, %name, user = %user.username, "process deleted");
     Ok((

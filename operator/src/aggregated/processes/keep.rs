@@ -1,4 +1,5 @@
-//! What the table keeps, round by round: an ended process is forgotten on its node once its
+//! What the table keeps, round by round: a process of a deleted namespace is stopped and
+//! forgotten, an ended process is forgotten on its node once its
 //! `ttlSecondsAfterFinished` (default `--processes-ttl-seconds`) has passed, and a process whose
 //! agent has not answered for the agent grace period shows it (`ProcessLost`, as a
 //! SandboxProcess does), until the agent answers again. Every replica keeps its table; a forget
@@ -6,8 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
 use tracing::{info, warn};
 
 use super::store::Entry;
@@ -44,31 +50,81 @@ pub fn expired(e: &Entry, default_ttl: u64, now: Timestamp) -> bool {
 }
 
 pub async fn run(api: Arc<Api>, default_ttl: u64, grace: Duration) {
+    // The namespaces (metadata only): a process of a deleted namespace goes with it, as its
+    // SandboxProcesses do (the namespace controller deletes what it lists, and a list can come
+    // before a replica knows every node).
+    let (namespaces, writer) = reflector::store::<PartialObjectMeta<Namespace>>();
+    let events = watcher(
+        kube::Api::<PartialObjectMeta<Namespace>>::all(api.server.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects();
+    tokio::spawn(events.for_each(|_| futures::future::ready(())));
     loop {
         tokio::time::sleep(ROUND).await;
-        round(&api, default_ttl, grace).await;
+        round(&api, &namespaces, default_ttl, grace).await;
     }
 }
 
-async fn round(api: &Api, default_ttl: u64, grace: Duration) {
+/// Whether the process's namespace is gone or going (only once the namespaces were listed).
+fn namespace_gone(namespaces: &Store<PartialObjectMeta<Namespace>>, ns: &str) -> bool {
+    if namespaces.state().is_empty() {
+        return false;
+    }
+    namespaces
+        .get(&ObjectRef::new(ns))
+        .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+}
+
+async fn forget(api: &Api, e: &Entry, timeout: Duration, why: &str) {
+    match api
+        .server
+        .agents
+        .client
+        .forget(&e.agent, &e.exec_id, timeout)
+        .await
+    {
+        Ok(()) => {
+            api.store.remove(&e.exec_id);
+            info!(namespace = %e.namespace, name = %e.name, "process forgotten: {why}");
+        }
+        Err(err) => {
+            warn!(namespace = %e.namespace, name = %e.name, error = %err, "forgetting a process ({why})")
+        }
+    }
+}
+
+async fn round(
+    api: &Api,
+    namespaces: &Store<PartialObjectMeta<Namespace>>,
+    default_ttl: u64,
+    grace: Duration,
+) {
     let now = Timestamp::now();
     let agents = &api.server.agents;
     for e in api.store.entries() {
         let down = agents.unreachable_since(&e.agent);
+        if down.is_none() && namespace_gone(namespaces, &e.namespace) {
+            // Stopped with its grace period, as a delete.
+            forget(
+                api,
+                &e,
+                FORGET_TIMEOUT + Duration::from_secs(60),
+                "its namespace is deleted",
+            )
+            .await;
+            continue;
+        }
         if down.is_none() && expired(&e, default_ttl, now) {
-            match agents
-                .client
-                .forget(&e.agent, &e.exec_id, FORGET_TIMEOUT)
-                .await
-            {
-                Ok(()) => {
-                    api.store.remove(&e.exec_id);
-                    info!(namespace = %e.namespace, name = %e.name, "process forgotten after its ttlSecondsAfterFinished");
-                }
-                Err(err) => {
-                    warn!(namespace = %e.namespace, name = %e.name, error = %err, "forgetting an expired process")
-                }
-            }
+            forget(
+                api,
+                &e,
+                FORGET_TIMEOUT,
+                "its ttlSecondsAfterFinished passed",
+            )
+            .await;
             continue;
         }
         let Some(rec) = agents.last_known(&e.agent, &e.exec_id) else {

@@ -14,7 +14,7 @@
 //! `create pods/exec` on the target pod (a SubjectAccessReview for the caller), as `kubectl exec`.
 //!
 //! One job per file: the table ([`store`]), the object and its row ([`object`]), selectors
-//! ([`select`]), resource versions ([`version`]), ends and lost agents ([`keep`]), and the handlers ([`create`], [`read`],
+//! ([`select`]), unknown fields ([`strict`]), resource versions ([`version`]), ends and lost agents ([`keep`]), and the handlers ([`create`], [`read`],
 //! [`delete`]).
 mod create;
 mod delete;
@@ -23,6 +23,7 @@ mod object;
 mod read;
 mod select;
 pub mod store;
+mod strict;
 mod version;
 
 use std::sync::Arc;
@@ -31,8 +32,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use super::subresources::Server;
 pub use super::subresources::PROCESSES_GROUP as GROUP;
+use super::subresources::{Server, SubresourceError};
 pub use store::Store;
 
 pub const VERSION: &str = "v1alpha1";
@@ -58,6 +59,25 @@ impl Api {
             creating: Default::default(),
         })
     }
+}
+
+/// How long a request waits for this replica to know what every agent holds.
+const KNOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until this replica knows every agent's records ([`crate::agent::Agents::all_known`]):
+/// a list before would leave processes out (and the namespace controller, seeing none, would
+/// finish a namespace whose processes still run). 503 after [`KNOWN_WAIT`]: clients retry.
+async fn known(api: &Api) -> Result<(), SubresourceError> {
+    let deadline = tokio::time::Instant::now() + KNOWN_WAIT;
+    while !api.server.agents.all_known() {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(SubresourceError::Unavailable(
+                "this operator replica does not know yet what every node's agent holds (it has just started); try again".into(),
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Ok(())
 }
 
 pub fn router(api: Arc<Api>) -> Router {

@@ -66,7 +66,12 @@ pub fn render(
         agent,
         invalid: None,
         now,
-        agent_grace: Duration::from_secs(30),
+        // A view other than the record comes from the keeper, which has judged the grace.
+        agent_grace: if view.is_some() {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(30)
+        },
         output_due: true,
     };
     let status = status::compute(&facts);

@@ -17,7 +17,7 @@ use super::object::{column_definitions, row};
 use super::select::{Selector, Subject};
 use super::store::{Change, Entry, Kind, Since};
 use super::version::Asked;
-use super::{Api, GROUP, GROUP_VERSION, KIND};
+use super::{known, Api, GROUP, GROUP_VERSION, KIND};
 use crate::aggregated::subresources::authorization::caller;
 use crate::aggregated::subresources::tls::Peer;
 use crate::aggregated::subresources::{Result, SubresourceError};
@@ -79,6 +79,7 @@ pub async fn get_one(
     Query(p): Query<ListParams>,
 ) -> Result<Response> {
     caller(&api.server, &peer, &headers)?;
+    known(&api).await?;
     let e = api
         .store
         .get(&namespace, &name)
@@ -104,6 +105,7 @@ pub async fn list(
     Query(p): Query<ListParams>,
 ) -> Result<Response> {
     caller(&api.server, &peer, &headers)?;
+    known(&api).await?;
     serve(&api, Some(namespace), &headers, &p)
 }
 
@@ -114,6 +116,7 @@ pub async fn list_all(
     Query(p): Query<ListParams>,
 ) -> Result<Response> {
     caller(&api.server, &peer, &headers)?;
+    known(&api).await?;
     serve(&api, None, &headers, &p)
 }
 

@@ -80,10 +80,15 @@ pub type Result<T, E = SubresourceError> = std::result::Result<T, E>;
 
 /// What the caller is told when the agent refuses or cannot be reached.
 pub fn agent_error(e: AgentError, name: &str) -> SubresourceError {
+    agent_error_for(e, "sandboxprocess", name)
+}
+
+/// As [`agent_error`], naming the object as `kind` (`process` for the processes resource).
+pub fn agent_error_for(e: AgentError, kind: &str, name: &str) -> SubresourceError {
     match e {
         AgentError::Api { error, .. } if error.code == ErrorCode::ProcessNotFound => {
             SubresourceError::NotFound(format!(
-                "the agent holds no process for sandboxprocess \"{name}\" (its output is gone)"
+                "the agent holds no process for {kind} \"{name}\" (its output is gone)"
             ))
         }
         AgentError::Api { error, .. } if error.code == ErrorCode::InvalidRequest => {
@@ -101,9 +106,9 @@ pub fn agent_error(e: AgentError, name: &str) -> SubresourceError {
         // The node's address and the agent's own words (paths on the node) stay in the
         // operator's log: a tenant is told what to do.
         e @ AgentError::Unreachable { .. } => {
-            warn!(sandboxprocess = %name, error = %e, "the node's agent did not answer");
+            warn!(%kind, %name, error = %e, "the node's agent did not answer");
             SubresourceError::Unavailable(format!(
-                "the node's agent did not answer for sandboxprocess \"{name}\" (restarting, or \
+                "the node's agent did not answer for {kind} \"{name}\" (restarting, or \
                  unreachable); try again (the operator's log has the cause)"
             ))
         }

@@ -57,7 +57,7 @@ use sandbox_api::wire::MAX_STDIN_WRITE;
 use tracing::info;
 
 pub use discovery::{API_GROUP, API_VERSION, PROCESSES_GROUP};
-pub use error::{agent_error, Result, SubresourceError};
+pub use error::{agent_error, agent_error_for, Result, SubresourceError};
 pub use server::Server;
 
 /// Serves the subresources and `more` (the other groups of this server) on one listener.
