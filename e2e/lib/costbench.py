@@ -161,32 +161,43 @@ def delta(a, b):
 
 # --- phases ----------------------------------------------------------------------------------------
 class Watch:
-    """`kubectl get -w` on the bench's SandboxProcesses: the moment each name is final, or gone."""
+    """`kubectl get -w` on the bench's SandboxProcesses (or `processes`): the moment each name is
+    final, or gone."""
 
-    def __init__(self, ns):
+    def __init__(self, ns, resource="sandboxprocesses"):
         self.final, self.gone, self.errors = set(), set(), []
         self.seen = {}  # name -> {phase: when the watch first saw it}
         self.cv = threading.Condition()
+        self.stopped = False
         fmt = '{.type} {.object.metadata.name} {.object.status.phase}{"\\n"}'
-        self.p = subprocess.Popen(["kubectl", "-n", ns, "get", "sandboxprocesses", "-w",
-                                   "--output-watch-events", "-o", f"jsonpath={fmt}"],
-                                  stdout=subprocess.PIPE, text=True)
+        self.argv = ["kubectl", "-n", ns, "get", resource, "-w", "--output-watch-events", "-o", f"jsonpath={fmt}"]
+        self.p = subprocess.Popen(self.argv, stdout=subprocess.PIPE, text=True)
         threading.Thread(target=self.run, daemon=True).start()
 
     def run(self):
-        for line in self.p.stdout:
-            parts = line.split()
-            now = time.time()
-            with self.cv:
-                if len(parts) > 2:
-                    self.seen.setdefault(parts[1], {}).setdefault(parts[2], now)
-                if parts[0] == "DELETED":
-                    self.gone.add(parts[1])
-                elif len(parts) > 2 and parts[2] in ("Exited", "Error"):
-                    self.final.add(parts[1])
-                    if parts[2] == "Error":
-                        self.errors.append(parts[1])
-                self.cv.notify_all()
+        # A watch the server ends (its timeout, a CRD's storage replaced after an upgrade) is
+        # started again: its first events list what is there, the times first seen are kept.
+        while True:
+            for line in self.p.stdout:
+                self.line(line)
+            if self.stopped:
+                return
+            log(f"watch of {self.argv[4]} ended (status {self.p.wait()}); watching again")
+            self.p = subprocess.Popen(self.argv, stdout=subprocess.PIPE, text=True)
+
+    def line(self, line):
+        parts = line.split()
+        now = time.time()
+        with self.cv:
+            if len(parts) > 2:
+                self.seen.setdefault(parts[1], {}).setdefault(parts[2], now)
+            if parts and parts[0] == "DELETED":
+                self.gone.add(parts[1])
+            elif len(parts) > 2 and parts[2] in ("Exited", "Error"):
+                self.final.add(parts[1])
+                if parts[2] == "Error":
+                    self.errors.append(parts[1])
+            self.cv.notify_all()
 
     def wait(self, what, n, timeout):
         with self.cv:
@@ -194,6 +205,7 @@ class Watch:
                 raise TimeoutError(f"{len(what)} of {n} after {timeout} s")
 
     def stop(self):
+        self.stopped = True
         self.p.terminate()
 
 
@@ -201,6 +213,32 @@ def sbp_doc(name, pod, argv, finalizer=False):
     meta = {"name": name, "finalizers": [FINALIZER]} if finalizer else {"name": name}
     return {"apiVersion": GROUP, "kind": "SandboxProcess", "metadata": meta,
             "spec": {"podName": pod, "command": argv}}
+
+
+def proc_doc(name, pod, argv):
+    return {"apiVersion": "processes.sandbox.dev/v1alpha1", "kind": "Process", "metadata": {"name": name},
+            "spec": {"podName": pod, "command": argv}}
+
+
+def run_processes(a, pods):
+    """the `processes` resource served from the nodes: create N, wait all final, delete all, wait
+    all gone, as run_sandboxprocesses does"""
+    w = Watch(a.namespace, "processes")
+    time.sleep(1)
+    docs = [proc_doc(f"p-{i}", pods[i % len(pods)], a.cmd) for i in range(a.n)]
+    batches = [docs[i::a.parallel] for i in range(a.parallel)]
+
+    def create(batch):
+        kubectl("-n", a.namespace, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": batch}))
+
+    with ThreadPoolExecutor(a.parallel) as ex:
+        list(ex.map(create, batches))
+    w.wait(w.final, a.n, 600)
+    kubectl("-n", a.namespace, "delete", "processes", "--all", "--wait=false")
+    w.wait(w.gone, a.n, 600)
+    w.stop()
+    if w.errors:
+        raise RuntimeError(f"{len(w.errors)} processes ended in Error, e.g. {w.errors[:3]}")
 
 
 def run_sandboxprocesses(a, pods, finalizer):
@@ -262,20 +300,25 @@ def start_latency(a, pods):
     started (Running, or already final), for `true` and for `sleep 2` (which shows Running only
     after the operator's settle time); and the `kubectl exec` round trip of `true`."""
     w = Watch(a.namespace)
+    wp = Watch(a.namespace, "processes")
     time.sleep(1)
-    out = {"sbp true": [], "sbp sleep": [], "exec true": []}
+    out = {"sbp true": [], "sbp sleep": [], "exec true": [], "proc true": [], "proc sleep": []}
     lock = threading.Lock()
 
-    def sbp(kind, argv, c, r):
+    def sbp(kind, argv, c, r, proc=False):
         name = f"l-{kind}-{c}-{r}"
         t0 = time.time()
-        kubectl("-n", a.namespace, "apply", "-f", "-", stdin=json.dumps(sbp_doc(name, pods[c % len(pods)], argv)))
+        if proc:
+            kubectl("-n", a.namespace, "create", "-f", "-", stdin=json.dumps(proc_doc(name, pods[c % len(pods)], argv)))
+        else:
+            kubectl("-n", a.namespace, "apply", "-f", "-", stdin=json.dumps(sbp_doc(name, pods[c % len(pods)], argv)))
+        w = wp if proc else w_sbp
         with w.cv:
             if not w.cv.wait_for(lambda: set(w.seen.get(name, {})) & {"Running", "Exited", "Error"}, 120):
                 raise TimeoutError(f"{name} not started in 120 s")
             t = min(v for k, v in w.seen[name].items() if k in ("Running", "Exited", "Error"))
         with lock:
-            out[f"sbp {kind}"].append(t - t0)
+            out[f"{'proc' if proc else 'sbp'} {kind}"].append(t - t0)
 
     def exec_(c, r):
         t0 = time.time()
@@ -283,13 +326,18 @@ def start_latency(a, pods):
         with lock:
             out["exec true"].append(time.time() - t0)
 
+    w_sbp = w
     for label, fn in (("exec true", exec_), ("sbp true", lambda c, r: sbp("true", ["true"], c, r)),
-                      ("sbp sleep", lambda c, r: sbp("sleep", ["sleep", "2"], c, r))):
+                      ("sbp sleep", lambda c, r: sbp("sleep", ["sleep", "2"], c, r)),
+                      ("proc true", lambda c, r: sbp("true", ["true"], c, r, True)),
+                      ("proc sleep", lambda c, r: sbp("sleep", ["sleep", "2"], c, r, True))):
         log(f"start latency: {label}, {a.clients} clients x {a.rounds}")
         with ThreadPoolExecutor(a.clients) as ex:
             list(ex.map(lambda cr: fn(*cr), [(c, r) for r in range(a.rounds) for c in range(a.clients)]))
     w.stop()
+    wp.stop()
     kubectl("-n", a.namespace, "delete", "sandboxprocesses", "--all", "--wait=false")
+    kubectl("-n", a.namespace, "delete", "processes", "--all", "--wait=false")
     return out
 
 
@@ -299,7 +347,9 @@ def report_latency(a, lat):
     print("| what | p50 | p90 | p99 | p99 vs exec |\n|---|---:|---:|---:|---:|")
     rows = (("kubectl exec `true`: round trip", "exec true"),
             ("SandboxProcess `true`: apply → Running or final seen", "sbp true"),
-            ("SandboxProcess `sleep 2`: apply → Running seen", "sbp sleep"))
+            ("SandboxProcess `sleep 2`: apply → Running seen", "sbp sleep"),
+            ("Process `true`: create → Running or final seen", "proc true"),
+            ("Process `sleep 2`: create → Running seen", "proc sleep"))
     for text, k in rows:
         xs = lat[k]
         print(f"| {text} | {pct(xs, .5) * 1000:.0f} | {pct(xs, .9) * 1000:.0f} | {pct(xs, .99) * 1000:.0f} | "
@@ -331,8 +381,9 @@ def api_per_process(phase, idle, n, key):
 
 
 def report(a, R):
-    names = ["SandboxProcess (manifest)", "SandboxProcess (client)", "kubectl exec", "runc exec"]
-    kinds = ["sbp", "sbp-client", "exec", "runc"]
+    names = ["SandboxProcess (manifest)", "SandboxProcess (client)", "Process (from the nodes)", "kubectl exec",
+             "runc exec"]
+    kinds = ["sbp", "sbp-client", "proc", "exec", "runc"]
     cpu = [per_process(R[k], R["idle"], a.n, k) for k in kinds]
     rows = sorted({r for c in cpu for r in c} - set(CLIENT_ROWS), key=lambda r: -max(c.get(r, 0) for c in cpu))
     tot = [sum(c.get(r, 0) for r in rows) for c in cpu]
@@ -346,12 +397,13 @@ def report(a, R):
     for r in CLIENT_ROWS:
         if any(r in c for c in cpu):
             print(f"| _{r}, not in the total_ | " + " | ".join(f"{c.get(r, 0) * 1000:.2f}" if r in c else "-" for c in cpu) + " |")
-    print(f"\nSandboxProcess / kubectl exec: **{tot[0] / tot[2]:.2f}×** (manifest), **{tot[1] / tot[2]:.2f}×** "
-          f"(client); SandboxProcess / runc exec: {tot[0] / tot[3]:.1f}×, {tot[1] / tot[3]:.1f}×; "
-          f"kubectl exec / runc exec: {tot[2] / tot[3]:.1f}×")
-    print("\n| API per process | " + " | ".join(names[:3]) + " |\n|---|---:|---:|---:|")
-    reqs = [api_per_process(R[k], R["idle"], a.n, "reqs") for k in kinds[:3]]
-    etcd = [api_per_process(R[k], R["idle"], a.n, "etcd") for k in kinds[:3]]
+    print(f"\nSandboxProcess / kubectl exec: **{tot[0] / tot[3]:.2f}×** (manifest), **{tot[1] / tot[3]:.2f}×** "
+          f"(client); Process / kubectl exec: **{tot[2] / tot[3]:.2f}×**; SandboxProcess / runc exec: "
+          f"{tot[0] / tot[4]:.1f}×, {tot[1] / tot[4]:.1f}×; Process / runc exec: {tot[2] / tot[4]:.1f}×; "
+          f"kubectl exec / runc exec: {tot[3] / tot[4]:.1f}×")
+    print("\n| API per process | " + " | ".join(names[:4]) + " |\n|---|---:|---:|---:|---:|")
+    reqs = [api_per_process(R[k], R["idle"], a.n, "reqs") for k in kinds[:4]]
+    etcd = [api_per_process(R[k], R["idle"], a.n, "etcd") for k in kinds[:4]]
     for k in sorted({k for r in reqs for k in r if abs(r[k]) >= 0.05}):
         print(f"| {k} | " + " | ".join(f"{r.get(k, 0):.2f}" for r in reqs) + " |")
     writes = [sum(v for k, v in r.items() if not k.startswith("CONNECT")) for r in reqs]
@@ -359,10 +411,10 @@ def report(a, R):
     print("| etcd writes (create, update, delete) | " + " | ".join(f"{sum(e.values()):.2f}" for e in etcd) + " |")
     for i, k in enumerate(kinds):
         w = R[k]["work_seconds"]
-        span = "from the first create to the last one gone" if k.startswith("sbp") else "start to return"
+        span = "from the first create to the last one gone" if k in ("sbp", "sbp-client", "proc") else "start to return"
         print(f"\n{names[i]}: {w:.1f} s for {a.n}, {a.n / w:.0f}/s ({a.parallel} at once, {span})")
     R["per_process_cpu"] = dict(zip(kinds, cpu))
-    R["per_process_requests"] = dict(zip(kinds[:3], reqs))
+    R["per_process_requests"] = dict(zip(kinds[:4], reqs))
 
 
 def main():
@@ -378,6 +430,7 @@ def main():
     R["idle"] = measure(counters, lambda: time.sleep(a.idle))
     for kind, fn in (("sbp", lambda: run_sandboxprocesses(a, pods, False)),
                      ("sbp-client", lambda: run_sandboxprocesses(a, pods, True)),
+                     ("proc", lambda: run_processes(a, pods)),
                      ("exec", lambda: run_exec(a, pods)), ("runc", lambda: run_runc(a, cids))):
         log(f"phase {kind}")
         R[kind] = measure(counters, fn)
