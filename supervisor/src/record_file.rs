@@ -11,6 +11,10 @@ use sandbox_node_protocol::record;
 /// renamed).
 pub(super) const RESERVE_BYTES: usize = 32 << 10;
 
+// A `processes` object is copied into every record: the final one must still fit the room set
+// aside, with its 2 KiB output tail escaped and the rest of the record.
+const _: () = assert!(RESERVE_BYTES >= sandbox_wire::wire_rules::MAX_OBJECT_BYTES + (16 << 10));
+
 /// How long the final record is retried on a full filesystem before the supervisor gives up.
 const FINAL_RECORD_PATIENCE: Duration = Duration::from_secs(600);
 

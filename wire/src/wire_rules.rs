@@ -113,7 +113,7 @@ pub fn start(req: StartRequest) -> Result<Valid<StartRequest>, Violation> {
 /// in every record, in the agent's memory and the operator's. The API server takes 3 MiB for an
 /// etcd object; the operator refuses a create's body over twice this (422), the agent a start
 /// whose object is over it (naming `object`).
-pub const MAX_OBJECT_BYTES: usize = 64 * 1024;
+pub const MAX_OBJECT_BYTES: usize = 16 * 1024;
 
 /// A `processes` object's copy: named, and small enough to keep per record.
 pub fn object(o: &crate::wire::ProcessObject) -> Result<(), Violation> {

@@ -14,6 +14,7 @@ use sandbox_e2e::{cmd, env, field, with_ns, TestNs};
 use serde_json::json;
 
 const APISVC: &str = "v1alpha1.subresources.sandbox.dev";
+const PROCESSES_APISVC: &str = "v1alpha1.processes.sandbox.dev";
 
 /// The release under test and a scratch directory for the key material.
 struct Release {
@@ -161,11 +162,14 @@ impl Release {
         Ok(())
     }
 
-    /// cainjector's move: the APIService and the quantity webhook trust `ca`.
+    /// cainjector's move: the APIServices and the quantity webhook trust `ca`.
     async fn inject(&self, ca: &Pair) -> Result<()> {
         let b = base64::engine::general_purpose::STANDARD.encode(&ca.cert);
         let patch = json!({"spec": {"caBundle": b}}).to_string();
-        cmd::kubectl(&["patch", "apiservice", APISVC, "--type=merge", "-p", &patch]).await?;
+        // Both APIServices of the one server (cert-manager's annotation is on each).
+        for svc in [APISVC, PROCESSES_APISVC] {
+            cmd::kubectl(&["patch", "apiservice", svc, "--type=merge", "-p", &patch]).await?;
+        }
         let hook = format!("{}-quantities", self.full);
         let patch = json!([{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": b}]);
         let patch = patch.to_string();

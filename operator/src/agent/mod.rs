@@ -291,9 +291,67 @@ mod tests {
         assert!(a.listed_within(Duration::ZERO).await);
     }
 
+    /// Records of `processes` objects go to the sink, never to the controller; a replica that
+    /// does not lead tells the controller nothing.
+    #[tokio::test]
+    async fn object_records_go_to_the_sink_and_standbys_notify_nothing() {
+        #[derive(Default)]
+        struct Sink(Mutex<Vec<String>>);
+        impl ObjectSink for Sink {
+            fn upsert(&self, _agent: &str, r: &ProcessRecord) {
+                self.0.lock().unwrap().push(format!("+{}", r.exec_id));
+            }
+            fn removed(&self, id: &str) {
+                self.0.lock().unwrap().push(format!("-{id}"));
+            }
+        }
+        let (a, mut rx) = agents(vec![]);
+        let sink = Arc::new(Sink::default());
+        a.set_sink(sink.clone());
+        let url = "http://a:1";
+        let mut pass = Pass::new();
+        let mut obj = rec("o", 1);
+        obj.object = Some(Box::new(sandbox_api::wire::ProcessObject {
+            namespace: "ns".into(),
+            name: "p".into(),
+            creation_timestamp: "2026-12-06T10:00:00Z".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            pod_name: "pod".into(),
+            node_name: "n".into(),
+            spec: serde_json::json!({}),
+        }));
+        let ev = |r: &ProcessRecord| WatchEvent::Upsert {
+            record: Box::new(r.clone()),
+        };
+        a.apply(url, ev(&obj), &mut pass);
+        a.apply(url, upsert("x", 1), &mut pass);
+        a.apply(url, WatchEvent::Synced, &mut pass);
+        assert!(rx.try_recv().is_err(), "a standby notified the controller");
+        a.begin_leading();
+        a.apply(url, upsert("x", 2), &mut pass);
+        obj.revision = 2;
+        a.apply(url, ev(&obj), &mut pass);
+        a.apply(
+            url,
+            WatchEvent::Deleted {
+                exec_id: "o".into(),
+            },
+            &mut pass,
+        );
+        assert_eq!(rx.try_recv().ok().as_deref(), Some("x"));
+        assert!(
+            rx.try_recv().is_err(),
+            "the controller heard of a processes record"
+        );
+        assert_eq!(*sink.0.lock().unwrap(), ["+o", "+o", "-o"]);
+        assert!(a.synced_once(url));
+    }
+
     #[tokio::test]
     async fn watch_events_fill_the_cache_and_notify() {
         let (a, mut rx) = agents(vec![]);
+        a.begin_leading();
         let url = "http://a:1";
         let mut pass = Pass::new();
         assert_eq!(a.cached(url, "x"), Cached::Unknown);

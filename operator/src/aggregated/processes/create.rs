@@ -90,26 +90,42 @@ pub async fn create(
     }
     check(&new, &namespace, &name)?;
     // One create of a name at a time on this replica: the second sees the first's process.
-    let key = (namespace.clone(), name.clone());
-    loop {
-        let mut creating = api.creating.lock().await;
-        if creating.insert(key.clone()) {
-            break;
-        }
-        drop(creating);
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let out = create_named(&api, &user, &namespace, &name, new).await;
-    api.creating.lock().await.remove(&key);
-    let mut out = out?;
+    let _held = Creating::take(&api, (namespace.clone(), name.clone())).await;
+    let mut out = create_named(&api, &user, &namespace, &name, new).await?;
     // fieldValidation=Warn (or none): the response names what was dropped.
     for f in unknown.iter().take(10) {
-        let warning = format!("299 - \"unknown field \\\"{f}\\\"\"");
+        // RFC 7234 warn-text: a quoted string, its quotes and backslashes escaped.
+        let text = format!("unknown field \"{f}\"")
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"");
+        let warning = format!("299 - \"{text}\"");
         if let Ok(v) = axum::http::HeaderValue::from_str(&warning) {
             out.headers_mut().append("warning", v);
         }
     }
     Ok(out)
+}
+
+/// A name being created on this replica, released when dropped: also when the client goes
+/// away mid-create and the handler is dropped at an await.
+struct Creating<'a> {
+    api: &'a Api,
+    key: (String, String),
+}
+
+impl<'a> Creating<'a> {
+    async fn take(api: &'a Api, key: (String, String)) -> Creating<'a> {
+        while !api.creating.lock().unwrap().insert(key.clone()) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        Creating { api, key }
+    }
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.api.creating.lock().unwrap().remove(&self.key);
+    }
 }
 
 /// The spec's fields the body has and the spec does not know.

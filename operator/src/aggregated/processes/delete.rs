@@ -4,28 +4,43 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use tracing::info;
 
 use super::read::not_found;
+use super::store::Entry;
 use super::{known, Api};
 use crate::aggregated::subresources::authorization::caller;
 use crate::aggregated::subresources::tls::Peer;
-use crate::aggregated::subresources::{agent_error_for, Result};
+use crate::aggregated::subresources::{agent_error_for, Result, SubresourceError};
 
 /// Beyond the grace period, what a stop and a forget may take on a loaded node.
 const FORGET_MARGIN: Duration = Duration::from_secs(20);
+
+/// The query of a delete, as the API server passes it on.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteQuery {
+    dry_run: Option<String>,
+}
 
 pub async fn delete(
     State(api): State<Arc<Api>>,
     Extension(peer): Extension<Peer>,
     Path((namespace, name)): Path<(String, String)>,
+    Query(q): Query<DeleteQuery>,
     headers: HeaderMap,
 ) -> Result<Response> {
     let user = caller(&api.server, &peer, &headers)?;
+    if q.dry_run.is_some() {
+        // A dry run must not stop anything: refused rather than done for real.
+        return Err(SubresourceError::BadRequest(
+            "dryRun: not supported by processes (a delete stops the process)".into(),
+        ));
+    }
     known(&api).await?;
     let e = api
         .store
@@ -37,6 +52,12 @@ pub async fn delete(
         .and_then(|g| g.as_u64())
         .unwrap_or(5);
     let timeout = Duration::from_secs(grace.min(3600)) + FORGET_MARGIN;
+    if node_gone(&api, &e).await {
+        // Nothing left to stop: its node is no longer in the cluster (as a SandboxProcess's).
+        api.store.remove(&e.exec_id);
+        info!(%namespace, %name, user = %user.username, node = %e.columns.node, "process deleted; its node is gone");
+        return Ok(gone_response(&e));
+    }
     api.server
         .agents
         .client
@@ -45,9 +66,22 @@ pub async fn delete(
         .map_err(|err| agent_error_for(err, "process", &name))?;
     api.store.remove(&e.exec_id);
     info!(%namespace, %name, user = %user.username, "process deleted");
-    Ok((
+    Ok(gone_response(&e))
+}
+
+fn gone_response(e: &Entry) -> Response {
+    (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         e.json.to_string(),
     )
-        .into_response())
+        .into_response()
+}
+
+/// Whether no agent serves the process's node and the node object is gone too.
+async fn node_gone(api: &Api, e: &Entry) -> bool {
+    if api.server.agents.urls().contains(&e.agent) {
+        return false;
+    }
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(api.server.client.clone());
+    matches!(nodes.get_opt(&e.columns.node).await, Ok(None))
 }

@@ -62,72 +62,136 @@ pub async fn run(api: Arc<Api>, default_ttl: u64, grace: Duration) {
     .reflect(writer)
     .applied_objects();
     tokio::spawn(events.for_each(|_| futures::future::ready(())));
+    let busy: Busy = Default::default();
+    let mut missing = Missing::default();
     loop {
         tokio::time::sleep(ROUND).await;
-        round(&api, &namespaces, default_ttl, grace).await;
+        missing.update(&api.server.agents.urls());
+        round(&api, &namespaces, &busy, &mut missing, default_ttl, grace).await;
     }
 }
 
-/// Whether the process's namespace is gone or going (only once the namespaces were listed).
-fn namespace_gone(namespaces: &Store<PartialObjectMeta<Namespace>>, ns: &str) -> bool {
+/// Agents (URLs) the table has processes of but no agent pod serves any more (a node gone,
+/// the DaemonSet's pod not back), since when: their processes show it after the grace period.
+#[derive(Default)]
+struct Missing {
+    urls: std::collections::HashMap<String, Time>,
+    served: std::collections::HashSet<String>,
+}
+
+impl Missing {
+    fn update(&mut self, served: &std::collections::HashSet<String>) {
+        self.urls.retain(|u, _| !served.contains(u));
+        self.served = served.clone();
+    }
+
+    /// Since when `url` has had no agent (first seen missing now), or `None` while served.
+    fn since(&mut self, url: &str) -> Option<Time> {
+        if self.served.contains(url) {
+            return None;
+        }
+        Some(
+            self.urls
+                .entry(url.to_string())
+                .or_insert_with(|| Time(Timestamp::now()))
+                .clone(),
+        )
+    }
+}
+
+/// Exec ids a forget is under way for: each runs on its own (a stop can take its grace period),
+/// so no tenant's slow stop holds up another's TTL or a lost agent's status.
+type Busy = Arc<std::sync::Mutex<std::collections::HashSet<String>>>;
+
+/// Whether the process's namespace is gone or going: the cache says so (once listed), and the
+/// API server confirms it (a cache behind, its watch restarting, must not stop anything).
+async fn namespace_gone(
+    api: &Api,
+    namespaces: &Store<PartialObjectMeta<Namespace>>,
+    ns: &str,
+) -> bool {
     if namespaces.state().is_empty() {
         return false;
     }
-    namespaces
+    let cached_gone = namespaces
         .get(&ObjectRef::new(ns))
-        .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+        .is_none_or(|n| n.metadata.deletion_timestamp.is_some());
+    if !cached_gone {
+        return false;
+    }
+    let confirmed = kube::Api::<PartialObjectMeta<Namespace>>::all(api.server.client.clone())
+        .get_opt(ns)
+        .await;
+    matches!(confirmed, Ok(None))
+        || matches!(confirmed, Ok(Some(n)) if n.metadata.deletion_timestamp.is_some())
 }
 
-async fn forget(api: &Api, e: &Entry, timeout: Duration, why: &str) {
-    match api
-        .server
-        .agents
-        .client
-        .forget(&e.agent, &e.exec_id, timeout)
-        .await
-    {
-        Ok(()) => {
-            api.store.remove(&e.exec_id);
-            info!(namespace = %e.namespace, name = %e.name, "process forgotten: {why}");
-        }
-        Err(err) => {
-            warn!(namespace = %e.namespace, name = %e.name, error = %err, "forgetting a process ({why})")
-        }
+/// Forgets the process on its node in a task of its own (one at a time per process).
+fn forget(api: &Arc<Api>, busy: &Busy, e: Arc<Entry>, timeout: Duration, why: &'static str) {
+    if !busy.lock().unwrap().insert(e.exec_id.clone()) {
+        return;
     }
+    let (api, busy) = (api.clone(), busy.clone());
+    tokio::spawn(async move {
+        let agents = &api.server.agents;
+        match agents.client.forget(&e.agent, &e.exec_id, timeout).await {
+            Ok(()) => {
+                api.store.remove(&e.exec_id);
+                info!(namespace = %e.namespace, name = %e.name, "process forgotten: {why}");
+            }
+            Err(err) => {
+                warn!(namespace = %e.namespace, name = %e.name, error = %err, "forgetting a process ({why})")
+            }
+        }
+        busy.lock().unwrap().remove(&e.exec_id);
+    });
 }
 
 async fn round(
-    api: &Api,
+    api: &Arc<Api>,
     namespaces: &Store<PartialObjectMeta<Namespace>>,
+    busy: &Busy,
+    missing: &mut Missing,
     default_ttl: u64,
     grace: Duration,
 ) {
     let now = Timestamp::now();
     let agents = &api.server.agents;
+    // One answer per namespace a round (a deleted namespace may hold many processes).
+    let mut gone: std::collections::HashMap<String, bool> = Default::default();
     for e in api.store.entries() {
-        let down = agents.unreachable_since(&e.agent);
-        if down.is_none() && namespace_gone(namespaces, &e.namespace) {
+        let down = agents
+            .unreachable_since(&e.agent)
+            .or_else(|| missing.since(&e.agent));
+        let ns_gone = match gone.get(&e.namespace) {
+            Some(g) => *g,
+            None => {
+                let g = namespace_gone(api, namespaces, &e.namespace).await;
+                gone.insert(e.namespace.clone(), g);
+                g
+            }
+        };
+        if down.is_none() && ns_gone {
             // Stopped with its grace period, as a delete.
-            forget(
-                api,
-                &e,
-                FORGET_TIMEOUT + Duration::from_secs(60),
-                "its namespace is deleted",
-            )
-            .await;
+            let timeout = FORGET_TIMEOUT + Duration::from_secs(60);
+            forget(api, busy, e, timeout, "its namespace is deleted");
             continue;
         }
         if down.is_none() && expired(&e, default_ttl, now) {
             forget(
                 api,
-                &e,
+                busy,
+                e,
                 FORGET_TIMEOUT,
                 "its ttlSecondsAfterFinished passed",
-            )
-            .await;
+            );
             continue;
         }
-        let Some(rec) = agents.last_known(&e.agent, &e.exec_id) else {
+        let Some(rec) = agents
+            .last_known(&e.agent, &e.exec_id)
+            .map(|r| *r)
+            .or_else(|| e.stand_in())
+        else {
             continue;
         };
         match down {
@@ -169,6 +233,8 @@ mod tests {
             name: "n".into(),
             labels: Default::default(),
             rv: 1,
+            revision: 1,
+            output_at: std::time::Instant::now(),
             columns: Default::default(),
             spec,
             status: SandboxProcessStatus {

@@ -47,7 +47,7 @@ pub struct Api {
     /// Most live (not ended) processes per namespace (`--processes-per-namespace`).
     pub per_namespace: usize,
     /// Names being created on this replica: a second create of one waits for the first.
-    creating: tokio::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    creating: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 impl Api {

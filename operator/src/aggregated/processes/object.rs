@@ -37,6 +37,7 @@ pub fn render(
     obj: &ProcessObject,
     prev: Option<&SandboxProcessStatus>,
     view: Option<&AgentView>,
+    output_due: bool,
     now: Time,
 ) -> Option<Rendered> {
     let spec: SandboxProcessSpec = serde_json::from_value(obj.spec.clone()).ok()?;
@@ -72,7 +73,7 @@ pub fn render(
         } else {
             Duration::from_secs(30)
         },
-        output_due: true,
+        output_due,
     };
     let status = status::compute(&facts);
     let columns = columns(&status, obj);
@@ -221,7 +222,7 @@ mod tests {
             ..ProcessRecord::starting("u-1", "pod-uid", "main", "ctr")
         };
         let now = Time("2026-12-06T10:00:03Z".parse().unwrap());
-        let r = render(&rec, &obj, None, None, now).expect("rendered");
+        let r = render(&rec, &obj, None, None, true, now).expect("rendered");
         assert!(r.status.is_final(), "{:?}", r.status);
         assert_eq!(r.columns.phase, "Exited");
         assert_eq!(r.columns.exit, Some(3));
@@ -248,7 +249,7 @@ mod tests {
         obj.spec = json!({"command": "not a list"});
         let rec = ProcessRecord::starting("u", "p", "c", "");
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        assert!(render(&rec, &obj, None, None, now).is_none());
+        assert!(render(&rec, &obj, None, None, true, now).is_none());
     }
 
     #[test]

@@ -50,25 +50,48 @@ fn truthy(v: &Option<String>) -> bool {
 #[derive(Clone, Copy)]
 enum Shape {
     Objects,
-    Table { whole: bool },
+    Table {
+        whole: bool,
+    },
+    /// `PartialObjectMetadata` (the metadata clients: the garbage collector, quota).
+    Metadata,
 }
 
+/// The first form of `Accept` this server can answer (JSON only): a `meta.k8s.io/v1` Table,
+/// metadata only, or the objects; the objects when none is named.
 fn shape(headers: &HeaderMap, p: &ListParams) -> Shape {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let table = accept.split(',').any(|a| {
-        a.contains("as=Table") && a.contains("g=meta.k8s.io") && a.contains("v=v1;")
-            || a.trim_end().ends_with("as=Table;v=v1;g=meta.k8s.io")
-    });
-    if table {
-        Shape::Table {
-            whole: p.include_object.as_deref() == Some("Object"),
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("");
+        if !matches!(media, "application/json" | "application/*" | "*/*") {
+            continue;
         }
-    } else {
-        Shape::Objects
+        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
+        let param = |k: &str| params.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        let meta_v1 = param("g") == Some("meta.k8s.io") && param("v") == Some("v1");
+        match param("as") {
+            None => return Shape::Objects,
+            Some("Table") if meta_v1 => {
+                let whole = p.include_object.as_deref() == Some("Object");
+                return Shape::Table { whole };
+            }
+            Some("PartialObjectMetadata" | "PartialObjectMetadataList") if meta_v1 => {
+                return Shape::Metadata
+            }
+            _ => {}
+        }
     }
+    Shape::Objects
+}
+
+/// An object's metadata as a `PartialObjectMetadata`.
+fn metadata_only(json: &str) -> Value {
+    let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": v["metadata"]})
 }
 
 pub async fn get_one(
@@ -86,6 +109,7 @@ pub async fn get_one(
         .ok_or_else(|| not_found(&name))?;
     Ok(match shape(&headers, &p) {
         Shape::Objects => json_response(e.json.to_string()),
+        Shape::Metadata => json_response(metadata_only(&e.json).to_string()),
         Shape::Table { whole } => {
             let t = table([&*e], &e.rv.to_string(), whole, true);
             json_response(t.to_string())
@@ -182,6 +206,14 @@ fn serve(
         Shape::Table { whole } => json_response(
             table(items.iter().map(|e| &**e), &rv.to_string(), whole, true).to_string(),
         ),
+        Shape::Metadata => {
+            let items: Vec<Value> = items.iter().map(|e| metadata_only(&e.json)).collect();
+            let list = json!({
+                "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"resourceVersion": rv.to_string()}, "items": items,
+            });
+            json_response(list.to_string())
+        }
     })
 }
 
@@ -231,6 +263,11 @@ fn event(kind: &str, e: &Entry, rv: u64, shape: Shape, first: &mut bool) -> Byte
             *first = false;
             t
         }
+        Shape::Metadata => {
+            let mut v = metadata_only(&e.json);
+            v["metadata"]["resourceVersion"] = rv.to_string().into();
+            v
+        }
     };
     let mut line = json!({"type": kind, "object": object}).to_string();
     line.push('\n');
@@ -257,7 +294,8 @@ fn expired() -> Bytes {
 }
 
 fn watch(api: &Arc<Api>, filter: Filter, asked: Asked, shape: Shape, p: &ListParams) -> Response {
-    let (initial, mut rx) = match asked {
+    // `from`: the rv the stream stands at (bookmarks say it; later changes are above it).
+    let (initial, mut rx, from) = match asked {
         Asked::Any => {
             let (items, rv, rx) = api.store.snapshot();
             let added: Vec<Change> = items
@@ -268,11 +306,10 @@ fn watch(api: &Arc<Api>, filter: Filter, asked: Asked, shape: Shape, p: &ListPar
                     entry,
                 })
                 .collect();
-            let _ = rv;
-            (added, rx)
+            (added, rx, rv)
         }
         Asked::After(rv) => match api.store.since(rv) {
-            Since::Changes(c, rx) => (c, rx),
+            Since::Changes(c, rx) => (c, rx, rv),
             Since::Expired => {
                 let body = Body::from(expired());
                 return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
@@ -280,14 +317,16 @@ fn watch(api: &Arc<Api>, filter: Filter, asked: Asked, shape: Shape, p: &ListPar
         },
     };
     let bookmarks = truthy(&p.allow_watch_bookmarks);
+    // A client's timeout, at most the default (a huge one would overflow the deadline).
     let until = tokio::time::Instant::now()
         + p.timeout_seconds
             .map(Duration::from_secs)
-            .unwrap_or(DEFAULT_WATCH);
-    let store = api.store.clone();
+            .unwrap_or(DEFAULT_WATCH)
+            .min(DEFAULT_WATCH);
     let stream = async_stream(move |tx| async move {
         let mut first = true;
-        let mut last = 0u64;
+        let mut last = from;
+        let mut bookmark_at = tokio::time::Instant::now() + BOOKMARK_EVERY;
         for c in initial {
             last = last.max(c.rv);
             if filter.keeps(&c.entry)
@@ -300,11 +339,10 @@ fn watch(api: &Arc<Api>, filter: Filter, asked: Asked, shape: Shape, p: &ListPar
             }
         }
         loop {
-            let next = tokio::time::timeout_at(
-                until.min(tokio::time::Instant::now() + BOOKMARK_EVERY),
-                rx.recv(),
-            )
-            .await;
+            if tx.is_closed() {
+                return; // the client went away
+            }
+            let next = tokio::time::timeout_at(until.min(bookmark_at), rx.recv()).await;
             let out = match next {
                 Ok(Ok(c)) if c.rv <= last => continue,
                 Ok(Ok(c)) => {
@@ -321,8 +359,14 @@ fn watch(api: &Arc<Api>, filter: Filter, asked: Asked, shape: Shape, p: &ListPar
                 }
                 Ok(Err(RecvError::Closed)) => return,
                 Err(_) if tokio::time::Instant::now() >= until => return,
-                Err(_) if bookmarks => bookmark(store.current_rv()),
-                Err(_) => continue,
+                Err(_) => {
+                    bookmark_at = tokio::time::Instant::now() + BOOKMARK_EVERY;
+                    if !bookmarks {
+                        continue;
+                    }
+                    // The last change this stream has passed (sent or filtered out).
+                    bookmark(last)
+                }
             };
             if tx.send(out).await.is_err() {
                 return;
@@ -351,4 +395,39 @@ fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<Bytes>,
 ) -> impl futures::Stream<Item = Bytes> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What kubectl, the metadata clients and plain clients ask for, and what they get.
+    #[test]
+    fn the_accept_header_chooses_the_form() {
+        let cases = [
+            ("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json", "table"),
+            ("application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json", "objects"),
+            ("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json", "metadata"),
+            ("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1", "metadata"),
+            ("application/json", "objects"),
+            ("", "objects"),
+            ("*/*", "objects"),
+        ];
+        for (accept, want) in cases {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, accept.parse().unwrap());
+            let got = match shape(&h, &ListParams::default()) {
+                Shape::Objects => "objects",
+                Shape::Table { .. } => "table",
+                Shape::Metadata => "metadata",
+            };
+            assert_eq!(got, want, "{accept}");
+        }
+        let m = metadata_only(
+            r#"{"kind":"Process","metadata":{"name":"p","resourceVersion":"5"},"spec":{}}"#,
+        );
+        assert_eq!(m["kind"], "PartialObjectMetadata");
+        assert_eq!(m["metadata"]["name"], "p");
+        assert!(m.get("spec").is_none());
+    }
 }

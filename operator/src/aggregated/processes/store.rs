@@ -25,6 +25,10 @@ pub struct Entry {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub rv: u64,
+    /// The record's revision (the supervisor's count of its writes): an older one is stale.
+    pub revision: u64,
+    /// When `status.output` was last refreshed: at most every [`OUTPUT_REFRESH`] while running.
+    pub output_at: std::time::Instant,
     /// What the table and the field selectors read.
     pub columns: Columns,
     /// The spec as created (JSON), to tell a repeated create from another one.
@@ -32,6 +36,33 @@ pub struct Entry {
     pub status: SandboxProcessStatus,
     /// The whole object, as JSON, with `metadata.resourceVersion` = `rv`.
     pub json: Arc<str>,
+}
+
+impl Entry {
+    /// A record standing for the process when its agent's watch no longer holds one (its agent
+    /// gone): what the status needs when it says the agent is unreachable.
+    pub fn stand_in(&self) -> Option<ProcessRecord> {
+        let v: serde_json::Value = serde_json::from_str(&self.json).ok()?;
+        let meta = &v["metadata"];
+        let object = sandbox_api::wire::ProcessObject {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            creation_timestamp: self.columns.created.clone(),
+            labels: self.labels.clone(),
+            annotations: serde_json::from_value(meta["annotations"].clone()).unwrap_or_default(),
+            pod_name: self.columns.pod.clone(),
+            node_name: self.columns.node.clone(),
+            spec: self.spec.clone(),
+        };
+        let s = &self.status;
+        let pod_uid = s.pod_uid.clone().unwrap_or_default();
+        let container = s.container_name.clone().unwrap_or_default();
+        Some(ProcessRecord {
+            object: Some(Box::new(object)),
+            revision: self.revision,
+            ..ProcessRecord::starting(&self.exec_id, &pod_uid, &container, "")
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +95,20 @@ struct Inner {
     by_id: HashMap<String, Arc<Entry>>,
     by_key: BTreeMap<(String, String), String>,
     window: VecDeque<Change>,
+    /// Exec ids forgotten here (a delete, a TTL), oldest first: a record of one that arrives
+    /// later (the watch's last upsert, sent before the agent forgot it) does not bring it back.
+    tombstones: VecDeque<String>,
+    tombstoned: std::collections::HashSet<String>,
 }
+
+/// How many forgotten exec ids are remembered ([`Inner::tombstones`]): far more than the
+/// records a watch can have in flight.
+const TOMBSTONES: usize = 4096;
+
+/// A running process's output summary changes with every byte it writes: shown at most this
+/// often (as a SandboxProcess's, whose every refresh is a write), and at its end. Each change is
+/// a watch event and a copy in the window.
+pub const OUTPUT_REFRESH: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub struct Store {
     inner: Mutex<Inner>,
@@ -88,6 +132,8 @@ impl Store {
                 by_id: HashMap::new(),
                 by_key: BTreeMap::new(),
                 window: VecDeque::new(),
+                tombstones: VecDeque::new(),
+                tombstoned: Default::default(),
             }),
             tx,
         })
@@ -161,9 +207,18 @@ impl Store {
             return;
         };
         let mut inner = self.inner.lock().unwrap();
+        if inner.tombstoned.contains(&rec.exec_id) {
+            return;
+        }
         let prev = inner.by_id.get(&rec.exec_id).cloned();
+        if prev.as_ref().is_some_and(|p| p.revision > rec.revision) {
+            return; // a start's answer that the watch has already overtaken
+        }
+        let output_due = prev
+            .as_ref()
+            .is_none_or(|p| rec.is_final() || p.output_at.elapsed() >= OUTPUT_REFRESH);
         let prev_status = prev.as_ref().map(|e| &e.status);
-        let Some(rendered) = object::render(rec, obj, prev_status, view, now()) else {
+        let Some(rendered) = object::render(rec, obj, prev_status, view, output_due, now()) else {
             return;
         };
         if let Some(p) = &prev {
@@ -188,6 +243,11 @@ impl Store {
             name: obj.name.clone(),
             labels: obj.labels.clone(),
             rv,
+            revision: rec.revision,
+            output_at: match &prev {
+                Some(p) if !output_due => p.output_at,
+                _ => std::time::Instant::now(),
+            },
             json: object::to_json(rec, obj, &rendered.status, rv).into(),
             columns: rendered.columns,
             spec: obj.spec.clone(),
@@ -209,6 +269,13 @@ impl Store {
         let Some(old) = inner.by_id.remove(exec_id) else {
             return;
         };
+        if inner.tombstones.len() >= TOMBSTONES {
+            if let Some(oldest) = inner.tombstones.pop_front() {
+                inner.tombstoned.remove(&oldest);
+            }
+        }
+        inner.tombstones.push_back(exec_id.to_string());
+        inner.tombstoned.insert(exec_id.to_string());
         let key = (old.namespace.clone(), old.name.clone());
         if inner.by_key.get(&key).map(String::as_str) == Some(exec_id) {
             inner.by_key.remove(&key);

@@ -42,6 +42,8 @@ fn changes_are_numbered_kept_and_sent() {
     s.upsert("a1", &rec("u1", "p1", Phase::Exited));
     s.remove("u1");
     s.remove("u1");
+    // The watch's last upsert, sent before the agent forgot it, arrives late: not back.
+    s.upsert("a1", &rec("u1", "p1", Phase::Exited));
     let kinds: Vec<(u64, Kind)> = std::iter::from_fn(|| rx.try_recv().ok())
         .map(|c| (c.rv, c.kind))
         .collect();
@@ -102,4 +104,17 @@ fn a_watch_older_than_the_window_must_relist() {
     }
     assert!(matches!(s.since(rv0), Since::Expired));
     assert!(matches!(s.since(s.current_rv() - 10), Since::Changes(..)));
+}
+
+/// A start's answer overtaken by the watch (a newer revision first) does not go back in time.
+#[test]
+fn an_older_revision_does_not_replace_a_newer_one() {
+    let s = Store::new(1000);
+    let mut done = rec("u1", "p1", Phase::Exited);
+    done.revision = 5;
+    s.upsert("a1", &done);
+    let mut start = rec("u1", "p1", Phase::Running);
+    start.revision = 1;
+    s.upsert("a1", &start);
+    assert_eq!(s.get("ns", "p1").unwrap().columns.phase, "Exited");
 }
