@@ -168,6 +168,8 @@ async fn agent_watch_heap() -> (isize, isize) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let client = AgentClient::plain(token.clone()).unwrap();
     let agents = Agents::new(client, Some(url.clone()), None, 0, tx);
+    // The controller hears of changes only while this replica leads.
+    agents.begin_leading();
     tokio::spawn(agents.clone().run_watches());
     while agents.cached(&url, "x") != Cached::Absent {
         tokio::time::sleep(Duration::from_millis(10)).await;
