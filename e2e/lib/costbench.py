@@ -220,12 +220,12 @@ def proc_doc(name, pod, argv):
             "spec": {"podName": pod, "command": argv}}
 
 
-def run_processes(a, pods):
-    """the `processes` resource served from the nodes: create N, wait all final, delete all, wait
-    all gone, as run_sandboxprocesses does"""
-    w = Watch(a.namespace, "processes")
-    time.sleep(1)
-    docs = [proc_doc(f"p-{i}", pods[i % len(pods)], a.cmd) for i in range(a.n)]
+def run_objects(a, pods, resource, doc):
+    """create N objects of `resource` (kubectl create, `parallel` batches; `doc(i, pod)` makes
+    the i-th), wait all final, delete all, wait all gone"""
+    w = Watch(a.namespace, resource)
+    time.sleep(1)  # the watch is established before the first create
+    docs = [doc(i, pods[i % len(pods)]) for i in range(a.n)]
     batches = [docs[i::a.parallel] for i in range(a.parallel)]
 
     def create(batch):
@@ -234,32 +234,22 @@ def run_processes(a, pods):
     with ThreadPoolExecutor(a.parallel) as ex:
         list(ex.map(create, batches))
     w.wait(w.final, a.n, 600)
-    kubectl("-n", a.namespace, "delete", "processes", "--all", "--wait=false")
+    kubectl("-n", a.namespace, "delete", resource, "--all", "--wait=false")
     w.wait(w.gone, a.n, 600)
     w.stop()
     if w.errors:
         raise RuntimeError(f"{len(w.errors)} processes ended in Error, e.g. {w.errors[:3]}")
+
+
+def run_processes(a, pods):
+    """the `processes` resource served from the nodes"""
+    run_objects(a, pods, "processes", lambda i, pod: proc_doc(f"p-{i}", pod, a.cmd))
 
 
 def run_sandboxprocesses(a, pods, finalizer):
-    """create N (kubectl create, `parallel` batches), wait all final, delete all, wait all gone;
-    with `finalizer`, the manifests carry the operator's finalizer as the clients send it"""
-    w = Watch(a.namespace)
-    time.sleep(1)  # the watch is established before the first create
-    docs = [sbp_doc(f"c-{i}", pods[i % len(pods)], a.cmd, finalizer) for i in range(a.n)]
-    batches = [docs[i::a.parallel] for i in range(a.parallel)]
-
-    def create(batch):
-        kubectl("-n", a.namespace, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": batch}))
-
-    with ThreadPoolExecutor(a.parallel) as ex:
-        list(ex.map(create, batches))
-    w.wait(w.final, a.n, 600)
-    kubectl("-n", a.namespace, "delete", "sandboxprocesses", "--all", "--wait=false")
-    w.wait(w.gone, a.n, 600)
-    w.stop()
-    if w.errors:
-        raise RuntimeError(f"{len(w.errors)} processes ended in Error, e.g. {w.errors[:3]}")
+    """SandboxProcesses; with `finalizer`, the manifests carry the operator's finalizer as the
+    clients send it"""
+    run_objects(a, pods, "sandboxprocesses", lambda i, pod: sbp_doc(f"c-{i}", pod, a.cmd, finalizer))
 
 
 def run_exec(a, pods):

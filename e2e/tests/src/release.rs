@@ -142,6 +142,15 @@ pub async fn node1_agent(client: &Client) -> Result<Pod> {
         .with_context(|| format!("no agent pod on {node}"))
 }
 
+/// Deletes the operator pod(s) without waiting (the Deployment makes new ones).
+pub async fn delete_operator_pods() -> Result<()> {
+    let sel = format!("{SELECTOR},app.kubernetes.io/component=operator");
+    cmd::kubectl(&["-n", NAMESPACE, "delete", "pod", "-l", &sel, "--wait=false"])
+        .await
+        .context("deleting the operator pod")?;
+    Ok(())
+}
+
 /// Deletes the agent pods (waiting until they are gone) and waits until the DaemonSet has
 /// recreated them; fails unless the pods are new ones.
 pub async fn replace_agents(client: &Client) -> Result<()> {

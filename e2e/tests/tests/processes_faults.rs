@@ -10,24 +10,8 @@ use kube::api::PostParams;
 use kube::runtime::{watcher, WatchStreamExt};
 use sandbox_e2e::manifests::{pod, sh};
 use sandbox_e2e::processes::{process, text};
-use sandbox_e2e::{cmd, release, with_ns, TestNs};
+use sandbox_e2e::{release, with_ns, TestNs};
 use serde_json::json;
-
-/// Deletes the operator pod(s); the creates after it retry until a new one serves.
-async fn replace_operator() -> Result<()> {
-    let sel = format!("{},app.kubernetes.io/component=operator", release::SELECTOR);
-    cmd::kubectl(&[
-        "-n",
-        release::NAMESPACE,
-        "delete",
-        "pod",
-        "-l",
-        &sel,
-        "--wait=false",
-    ])
-    .await?;
-    Ok(())
-}
 
 /// Creates `n` processes, `parallel` at a time; the i-th exits with i % 200 after a short sleep.
 async fn make(t: &TestNs, n: usize, parallel: usize) -> Result<()> {
@@ -95,7 +79,8 @@ async fn a_watcher_across_an_operator_restart_sees_every_exit_exactly() {
         };
         let work = async {
             make(&t, N / 2, 10).await?;
-            replace_operator().await?;
+            // The creates after it retry until a new operator serves.
+            release::delete_operator_pods().await?;
             make(&t, N, 10).await
         };
         let (finals, made) =

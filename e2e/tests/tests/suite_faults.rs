@@ -181,17 +181,7 @@ async fn operator_pod_deleted_mid_run_the_new_one_leads_and_adopts_once() {
         let (started, pid) = (field(&o, "/status/startedAt"), field(&o, "/status/pid"));
         let before = release::pod_uids(&t.client, "operator").await?;
         let t0 = Instant::now();
-        let sel = format!("{},app.kubernetes.io/component=operator", release::SELECTOR);
-        cmd::kubectl(&[
-            "-n",
-            release::NAMESPACE,
-            "delete",
-            "pod",
-            "-l",
-            &sel,
-            "--wait=false",
-        ])
-        .await?;
+        release::delete_operator_pods().await?;
         // Applied while the operator is being replaced: started once, by whichever operator leads.
         let script = "echo $$ >> /tmp/during-pids; sleep 15; exit 2";
         t.apply_sbp(sbp("during", "work", sh(script, json!({}))))
