@@ -8,7 +8,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use base64::Engine;
 use sandbox_wire::wire::{
@@ -62,6 +62,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/processes", post(start).get(list))
         .route("/v1/processes/{id}", get(get_one).delete(forget))
         .route("/v1/processes/{id}/signal", post(signal))
+        .route("/v1/processes/{id}/object", put(set_object))
         .route("/v1/processes/{id}/probe", post(probe))
         .route(
             "/v1/processes/{id}/stdin",
@@ -182,6 +183,19 @@ async fn signal(
 ) -> Result<Json<sandbox_wire::wire::ProcessRecord>, AgentError> {
     let r = match serde_json::from_slice::<SignalRequest>(&body) {
         Ok(req) => st.registry.signal(&id, req).await,
+        Err(e) => Err(AgentError::InvalidRequest(format!("request body: {e}"))),
+    };
+    Ok(Json(counted(&st, r)?))
+}
+
+/// A `processes` object's new labels and annotations (the operator's PATCH).
+async fn set_object(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<sandbox_wire::wire::ProcessRecord>, AgentError> {
+    let r = match serde_json::from_slice::<sandbox_wire::wire::ProcessObject>(&body) {
+        Ok(o) => st.registry.set_object(&id, o).await,
         Err(e) => Err(AgentError::InvalidRequest(format!("request body: {e}"))),
     };
     Ok(Json(counted(&st, r)?))

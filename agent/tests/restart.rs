@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use sandbox_wire::wire::{EndReason, ErrorCode, Phase};
+use sandbox_wire::wire::{EndReason, ErrorCode, Phase, ProcessObject};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -52,6 +52,62 @@ async fn agent_sigkill_with_50_running_processes_keeps_exit_codes_exact() {
         assert_eq!(out, "tick1\ntick2\ntick3\ntick4\ntick5\ntick6\n", "{id}");
     }
     assert_eq!(again.host_pid, agent.record(&ids[0].0).await.host_pid);
+}
+
+/// A `processes` object's labels changed after its start are served on every later record,
+/// also on the final one the supervisor wrote (with the object as started) while no agent ran.
+#[tokio::test]
+async fn a_changed_object_outlives_the_agent_and_the_process() {
+    require_root();
+    let base = base_dir("object");
+    let runc_root = base.join(uniq("runc"));
+    let ctr = Container::start(&base, &runc_root, 0);
+    let mut agent = Agent::launch(&base, &runc_root, &[]);
+    let mut q = req(&ctr, &["sh", "-c", "sleep 2; exit 4"]);
+    let started = ProcessObject {
+        namespace: "ns".into(),
+        name: "p".into(),
+        creation_timestamp: "2026-12-06T00:00:00Z".into(),
+        labels: [("app".to_string(), "a".to_string())].into(),
+        annotations: Default::default(),
+        pod_name: "pod".into(),
+        node_name: "node".into(),
+        spec: serde_json::json!({"podName": "pod", "command": ["sh"]}),
+    };
+    q.object = Some(Box::new(started.clone()));
+    let r = agent.start(&q).await.unwrap();
+    let path = format!("/v1/processes/{}/object", r.exec_id);
+    let mut changed = started.clone();
+    changed.labels.insert("tier".into(), "b".into());
+    changed.annotations.insert("note".into(), "x".into());
+    let (s, v) = agent
+        .put(&path, &serde_json::to_value(&changed).unwrap())
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["object"]["labels"]["tier"], "b", "{v}");
+    let mut respec = changed.clone();
+    respec.spec["command"][0] = "false".into();
+    let (s, v) = agent
+        .put(&path, &serde_json::to_value(&respec).unwrap())
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("object.spec"),
+        "{v}"
+    );
+    agent.kill9();
+    tokio::time::sleep(Duration::from_secs(3)).await; // it ends while no agent runs
+    agent.spawn();
+    let r = agent.wait_final(&r.exec_id, T).await;
+    assert_eq!(r.exit.as_ref().map(|e| e.code), Some(4), "{r:?}");
+    assert_eq!(r.object.as_deref(), Some(&changed), "{r:?}");
+    let (s, _) = agent
+        .put(
+            &path.replace(&r.exec_id, "0123456789abcdef0123456789abcdef"),
+            &serde_json::to_value(&changed).unwrap(),
+        )
+        .await;
+    assert_eq!(s, 404);
 }
 
 #[tokio::test]

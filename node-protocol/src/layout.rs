@@ -46,6 +46,12 @@ impl Layout {
         self.procs_dir().join(id.as_str())
     }
 
+    /// A `processes` object's labels and annotations as last changed (the agent's, laid over the
+    /// object the supervisor's records carry from the start).
+    pub fn object(&self, id: &ExecId) -> PathBuf {
+        self.proc_dir(id).join("object.json")
+    }
+
     pub fn launch(&self, id: &ExecId) -> PathBuf {
         self.proc_dir(id).join("launch.json")
     }

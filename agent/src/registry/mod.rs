@@ -5,6 +5,7 @@
 //! Where each part lives: [`start`](self::start) (one start per exec id, and what it checks
 //! first), [`supervision`](self::supervision) (supervisors watched, lost processes),
 //! [`stop`](self::stop) (signals, stops, forgetting a process).
+mod object;
 mod probe;
 mod start;
 mod stdin;
@@ -70,6 +71,8 @@ pub struct Registry {
     runtime_verdicts: Mutex<HashMap<String, (spawn::FileId, Verdict)>>,
     /// Processes recorded Lost since this agent started (a metric).
     lost: std::sync::atomic::AtomicU64,
+    /// `processes` objects changed after their start ([`object`](self::object)), by exec id.
+    objects: Mutex<HashMap<String, Box<sandbox_wire::wire::ProcessObject>>>,
 }
 
 impl Registry {
@@ -90,6 +93,7 @@ impl Registry {
             start_locks: Mutex::new(HashMap::new()),
             runtime_verdicts: Mutex::new(HashMap::new()),
             lost: Default::default(),
+            objects: Default::default(),
         });
         // Watch first so no change between the scan and the watch is missed.
         reg.clone().spawn_watcher()?;
@@ -107,6 +111,7 @@ impl Registry {
             let Ok(id) = ExecId::parse(&name) else {
                 continue;
             };
+            reg.load_object(&id);
             match record::read_record(&reg.cfg.layout.record(&id)) {
                 Ok(rec) if rec.is_final() => reg.upsert(rec),
                 _ => {
@@ -198,7 +203,8 @@ impl Registry {
     }
 
     /// Stores `rec` if newer than what we have, and tells watchers.
-    fn upsert(&self, rec: ProcessRecord) {
+    fn upsert(&self, mut rec: ProcessRecord) {
+        self.lay_object_over(&mut rec);
         let mut map = self.records.lock().unwrap();
         if let Some(old) = map.get(&rec.exec_id) {
             // A lost-marking by the agent carries the supervisor's last revision + 1; older

@@ -28,7 +28,7 @@ const MIN_FREE_TO_START: u64 = 1 << 20;
 const _: () = assert!(sandbox_node_protocol::ledger::OUTPUT_FLOOR >= 2 * MIN_FREE_TO_START);
 
 impl Registry {
-    fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(super) fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.start_locks
             .lock()
             .unwrap()

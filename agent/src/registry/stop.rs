@@ -85,6 +85,7 @@ impl Registry {
         let _ = std::fs::remove_file(self.cfg.layout.record(&id));
         let _ = std::fs::remove_dir_all(self.cfg.layout.proc_dir(&id));
         self.records.lock().unwrap().remove(id.as_str());
+        self.objects.lock().unwrap().remove(id.as_str());
         self.start_locks.lock().unwrap().remove(id.as_str());
         let _ = self.tx.send(WatchEvent::Deleted {
             exec_id: id.to_string(),

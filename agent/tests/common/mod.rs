@@ -331,9 +331,17 @@ impl Agent {
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.send_json(reqwest::Method::POST, path, body).await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.send_json(reqwest::Method::PUT, path, body).await
+    }
+
+    async fn send_json(&self, method: reqwest::Method, path: &str, body: &Value) -> (u16, Value) {
         let r = self
             .client
-            .post(self.url(path))
+            .request(method, self.url(path))
             .bearer_auth(TOKEN)
             .json(body)
             .send()

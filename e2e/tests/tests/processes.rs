@@ -400,3 +400,71 @@ async fn a_deleted_namespace_takes_its_processes() {
     })
     .await;
 }
+
+/// kubectl treats processes as any typed resource: it finds the group's OpenAPI v3 and validates
+/// on the server (no `/openapi/v2` fetched before a create), `explain` works, and `label`,
+/// `annotate` and `patch` change labels and annotations and nothing else.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn kubectl_validates_explains_and_relabels_a_process() {
+    with_ns("proc-kubectl", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        // The API server's aggregator reads a group's OpenAPI when its APIService appears and
+        // every minute after.
+        let gv = "apis/processes.sandbox.dev/v1alpha1";
+        let mut listed = false;
+        for _ in 0..90 {
+            let root = cmd::kubectl(&["get", "--raw", "/openapi/v3"]).await?;
+            let root: serde_json::Value = serde_json::from_str(&root)?;
+            if root["paths"].get(gv).is_some() {
+                listed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        ensure!(listed, "/openapi/v3 does not list {gv} after 90 s");
+        let manifest = format!(
+            "apiVersion: processes.sandbox.dev/v1alpha1\nkind: Process\nmetadata: {{name: k1, namespace: {}}}\nspec: {{podName: work, command: [sleep, '300']}}\n",
+            t.name
+        );
+        let out = cmd::kubectl_stdin(&["create", "-f", "-", "-v=6"], &manifest).await?;
+        ensure!(out.success(), "kubectl create: {}", out.stderr);
+        ensure!(
+            !out.stderr.contains("/openapi/v2"),
+            "kubectl fetched /openapi/v2 to validate a Process:\n{}",
+            out.stderr
+        );
+        let typo = manifest.replace("command:", "comand: [x], command:").replace("k1", "k2");
+        let out = cmd::kubectl_stdin(&["create", "-f", "-"], &typo).await?;
+        ensure!(
+            !out.success() && out.stderr.contains("unknown field \"spec.comand\""),
+            "{out:?}"
+        );
+        let explain = cmd::kubectl(&["explain", "processes.spec.command"]).await?;
+        ensure!(explain.contains("KIND:       Process"), "{explain}");
+        t.kubectl(&["label", "proc", "k1", "tier=web"]).await?;
+        t.kubectl(&["annotate", "proc", "k1", "note=any text"]).await?;
+        t.kubectl(&["patch", "proc", "k1", "--type=json", "-p", r#"[{"op":"add","path":"/metadata/labels/x","value":"1"}]"#]).await?;
+        let by_label = t.procs().list(&ListParams::default().labels("tier=web,x=1")).await?;
+        assert_eq!(by_label.items.len(), 1);
+        let o = &by_label.items[0];
+        assert_eq!(text(o, "/metadata/annotations/note"), "any text");
+        assert_eq!(text(o, "/status/phase"), "Running");
+        let refusals = [
+            (vec!["patch", "proc", "k1", "--type=merge", "-p", r#"{"spec":{"command":["id"]}}"#], "spec: field is immutable"),
+            (vec!["label", "proc", "k1", "bad key=x"], "metadata.labels"),
+            (vec!["patch", "proc", "k1", "-p", r#"{"metadata":{"labels":{"a":"b"}}}"#], "merge patch"),
+        ];
+        for (args, want) in refusals {
+            let mut all = vec!["-n", t.name.as_str()];
+            all.extend(args.iter().copied());
+            let out = cmd::run("kubectl", &all, None, Duration::from_secs(60)).await?;
+            ensure!(!out.success() && out.stderr.contains(want), "{args:?}: {out:?}");
+        }
+        let still = t.procs().get("k1").await?;
+        assert_eq!(text(&still, "/spec/command/0"), "sleep");
+        t.kubectl(&["delete", "proc", "k1"]).await?;
+        Ok(())
+    })
+    .await;
+}

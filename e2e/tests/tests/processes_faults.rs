@@ -119,6 +119,8 @@ async fn a_process_outlives_its_agent_and_keeps_its_code() {
             text(o, "/status/phase") == "Running"
         })
         .await?;
+        // A label given after the start is kept by the agent beside the record: it outlives it.
+        t.kubectl(&["label", "proc", "outlive", "kept=yes"]).await?;
         release::replace_agents(&t.client).await?;
         let done = t
             .until_proc("outlive", 90, "exit", |o| {
@@ -127,6 +129,7 @@ async fn a_process_outlives_its_agent_and_keeps_its_code() {
             .await?;
         assert_eq!(text(&done, "/status/exit/code"), "5");
         assert_eq!(text(&done, "/status/output/tail"), "before\nafter\n");
+        assert_eq!(text(&done, "/metadata/labels/kept"), "yes");
         Ok(())
     })
     .await;

@@ -339,6 +339,22 @@ impl AgentClient {
         Self::record(resp, url).await
     }
 
+    /// New labels and annotations for a `processes` object (its PATCH).
+    pub async fn set_object(
+        &self,
+        url: &str,
+        id: &str,
+        object: &sandbox_api::wire::ProcessObject,
+    ) -> Result<ProcessRecord, AgentError> {
+        let r = self
+            .http(url)?
+            .put(format!("{url}/v1/processes/{id}/object"))
+            .timeout(Duration::from_secs(10))
+            .json(object);
+        let resp = self.send(url, r).await?;
+        Self::record(resp, url).await
+    }
+
     /// One port check in the process's pod.
     pub async fn probe(
         &self,

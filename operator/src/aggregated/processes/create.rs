@@ -51,7 +51,11 @@ struct NewMeta {
     annotations: BTreeMap<String, String>,
 }
 
-fn invalid(name: &str, field: &str, message: impl std::fmt::Display) -> SubresourceError {
+pub(super) fn invalid(
+    name: &str,
+    field: &str,
+    message: impl std::fmt::Display,
+) -> SubresourceError {
     SubresourceError::Invalid(format!(
         "{KIND}.{GROUP} \"{name}\" is invalid: {field}: {message}"
     ))
@@ -203,6 +207,8 @@ fn check(new: &NewProcess, namespace: &str, name: &str) -> Result<()> {
             "the namespace of the provided object ({ns}) does not match the namespace sent on the request ({namespace})"
         )));
     }
+    sandbox_api::names::object_meta(&new.metadata.labels, &new.metadata.annotations)
+        .map_err(|(field, message)| invalid(name, field, message))?;
     validate::spec(&new.spec)
         .map_err(|v| invalid(name, &format!("spec.{}", v.field), v.message))?;
     if let Some(i) = new.spec.env.iter().position(|e| e.value_from.is_some()) {

@@ -232,6 +232,7 @@ mod tests {
             namespace: "ns".into(),
             name: "n".into(),
             labels: Default::default(),
+            annotations: Default::default(),
             rv: 1,
             revision: 1,
             output_at: std::time::Instant::now(),

@@ -8,18 +8,25 @@
 //! - `GET    …/namespaces/NS/processes/NAME`, `GET …/processes` (all namespaces) and
 //!   `GET …/namespaces/NS/processes` with `labelSelector`, `fieldSelector` ([`select::FIELDS`]),
 //!   `watch=true` from a `resourceVersion` ([`version`]), bookmarks; as a `Table` for kubectl.
+//! - `PATCH  …/namespaces/NS/processes/NAME` (merge or JSON patch): new labels and annotations;
+//!   the spec never changes.
 //! - `DELETE …/namespaces/NS/processes/NAME`: stops it (its grace period) and forgets it.
 //!
 //! The API server has authorized the verb on `processes` before proxying; a create also needs
 //! `create pods/exec` on the target pod (a SubjectAccessReview for the caller), as `kubectl exec`.
 //!
+//! - `GET    /openapi/v3` and the group version's document ([`openapi`]): server-side
+//!   validation and `kubectl explain`.
+//!
 //! One job per file: the table ([`store`]), the object and its row ([`object`]), selectors
 //! ([`select`]), unknown fields ([`strict`]), resource versions ([`version`]), ends and lost agents ([`keep`]), and the handlers ([`create`], [`read`],
-//! [`delete`]).
+//! [`patch`], [`delete`]).
 mod create;
 mod delete;
 pub mod keep;
 mod object;
+mod openapi;
+mod patch;
 mod read;
 mod select;
 pub mod store;
@@ -48,6 +55,8 @@ pub struct Api {
     pub per_namespace: usize,
     /// Names being created on this replica: a second create of one waits for the first.
     creating: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Patches on this replica, one at a time (each reads what the one before wrote).
+    patching: tokio::sync::Mutex<()>,
 }
 
 impl Api {
@@ -57,6 +66,7 @@ impl Api {
             store,
             per_namespace,
             creating: Default::default(),
+            patching: Default::default(),
         })
     }
 }
@@ -85,12 +95,19 @@ pub fn router(api: Arc<Api>) -> Router {
     let ns = format!("{base}/namespaces/{{namespace}}/processes");
     Router::new()
         .route(&format!("/apis/{GROUP}"), get(group))
+        .route("/openapi/v3", get(openapi::discovery))
+        .route(
+            &format!("/openapi/v3/{}", openapi::gv_path()),
+            get(openapi::group_version),
+        )
         .route(&base, get(resource_list))
         .route(&format!("{base}/processes"), get(read::list_all))
         .route(&ns, get(read::list).post(create::create))
         .route(
             &format!("{ns}/{{name}}"),
-            get(read::get_one).delete(delete::delete),
+            get(read::get_one)
+                .delete(delete::delete)
+                .patch(patch::patch),
         )
         .with_state(api)
 }
@@ -110,7 +127,7 @@ async fn resource_list() -> Json<serde_json::Value> {
         "groupVersion": GROUP_VERSION,
         "resources": [{
             "name": "processes", "singularName": "process", "namespaced": true, "kind": KIND,
-            "verbs": ["create", "delete", "get", "list", "watch"],
+            "verbs": ["create", "delete", "get", "list", "patch", "watch"],
             "shortNames": ["proc"], "categories": ["sandbox"],
         }],
     }))

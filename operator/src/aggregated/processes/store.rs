@@ -24,6 +24,7 @@ pub struct Entry {
     pub namespace: String,
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
     pub rv: u64,
     /// The record's revision (the supervisor's count of its writes): an older one is stale.
     pub revision: u64,
@@ -42,14 +43,12 @@ impl Entry {
     /// A record standing for the process when its agent's watch no longer holds one (its agent
     /// gone): what the status needs when it says the agent is unreachable.
     pub fn stand_in(&self) -> Option<ProcessRecord> {
-        let v: serde_json::Value = serde_json::from_str(&self.json).ok()?;
-        let meta = &v["metadata"];
         let object = sandbox_api::wire::ProcessObject {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             creation_timestamp: self.columns.created.clone(),
             labels: self.labels.clone(),
-            annotations: serde_json::from_value(meta["annotations"].clone()).unwrap_or_default(),
+            annotations: self.annotations.clone(),
             pod_name: self.columns.pod.clone(),
             node_name: self.columns.node.clone(),
             spec: self.spec.clone(),
@@ -223,7 +222,8 @@ impl Store {
         };
         if let Some(p) = &prev {
             // The same object again (a resync, another replica's copy of a start): no change.
-            if p.status == rendered.status && p.agent == agent {
+            let same_meta = p.labels == obj.labels && p.annotations == obj.annotations;
+            if p.status == rendered.status && p.agent == agent && same_meta {
                 return;
             }
         }
@@ -242,6 +242,7 @@ impl Store {
             namespace: obj.namespace.clone(),
             name: obj.name.clone(),
             labels: obj.labels.clone(),
+            annotations: obj.annotations.clone(),
             rv,
             revision: rec.revision,
             output_at: match &prev {

@@ -28,6 +28,9 @@ pub enum SubresourceError {
     /// 422, reason `Invalid`: the object breaks a rule (the message names the field).
     #[error("{0}")]
     Invalid(String),
+    /// 415: a PATCH in a form not served (strategic merge, server-side apply).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
@@ -48,6 +51,9 @@ impl SubresourceError {
             SubresourceError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
             SubresourceError::AlreadyExists(_) => (StatusCode::CONFLICT, "AlreadyExists"),
             SubresourceError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "Invalid"),
+            SubresourceError::UnsupportedMediaType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType")
+            }
             SubresourceError::Unavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
             }
