@@ -393,6 +393,7 @@ fn serve_subresources(args: &Args, client: Client, at: Serving, metrics: Arc<Met
             client,
             agents,
             request_headers,
+            processes: Some(store.clone()),
         });
         let api = processes::Api::new(server.clone(), store, per_namespace);
         tokio::spawn(processes::keep::run(api.clone(), ttl, grace));

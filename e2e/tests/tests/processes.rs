@@ -10,7 +10,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use sandbox_e2e::manifests::{pod, sh};
 use sandbox_e2e::processes::{process, text};
-use sandbox_e2e::{cmd, with_ns};
+use sandbox_e2e::{cmd, follow, with_ns};
 use serde_json::json;
 
 fn kube_status(e: &anyhow::Error) -> Option<(u16, String, String)> {
@@ -183,8 +183,8 @@ async fn the_rights_are_those_of_kubectl_exec() {
             "create",
             "role",
             "procs",
-            "--verb=create,get,list,watch,delete",
-            "--resource=processes.processes.sandbox.dev",
+            "--verb=create,get,list,watch,delete,update",
+            "--resource=processes.processes.sandbox.dev,processes.processes.sandbox.dev/signal",
         ])
         .await?;
         t.kubectl(&[
@@ -218,6 +218,21 @@ async fn the_rights_are_those_of_kubectl_exec() {
         ensure!(
             t.procs().get_opt("p").await?.is_none(),
             "created although refused"
+        );
+        // Output: the view role reads it (get on the object, as for a SandboxProcess's).
+        let log =
+            format!("/apis/processes.sandbox.dev/v1alpha1/namespaces/{ns}/processes/mine/log");
+        follow::get_text(&vic.client, &log).await?;
+        // A signal needs pods/exec on the process's pod too.
+        let signal = log.replace("/log", "/signal");
+        let req = http::Request::post(signal.as_str())
+            .header("content-type", "application/json")
+            .body(br#"{"signal": 15}"#.to_vec())?;
+        let e = pat.client.request_text(req).await.unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("pods/exec") && e.contains("signalling a Process"),
+            "{e}"
         );
         // Nobody here may list processes across namespaces.
         let e = vic
@@ -464,6 +479,112 @@ async fn kubectl_validates_explains_and_relabels_a_process() {
         let still = t.procs().get("k1").await?;
         assert_eq!(text(&still, "/spec/command/0"), "sleep");
         t.kubectl(&["delete", "proc", "k1"]).await?;
+        Ok(())
+    })
+    .await;
+}
+
+/// POST of `body` (JSON) to a path through the API server, as a client of this namespace.
+async fn post_json(t: &sandbox_e2e::TestNs, path: &str, body: &[u8]) -> Result<String> {
+    let req = http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(body.to_vec())?;
+    Ok(t.client.request_text(req).await?)
+}
+
+/// A whole log read: its bytes as text, and its `end` event.
+async fn read_log(
+    t: &sandbox_e2e::TestNs,
+    path: &str,
+) -> Result<(String, Option<serde_json::Value>)> {
+    let log = follow::get_text(&t.client, path).await?;
+    let mut bytes = Vec::new();
+    let mut end = None;
+    for line in log.lines().filter(|l| !l.is_empty()) {
+        let ev: serde_json::Value = serde_json::from_str(line)?;
+        match ev["type"].as_str() {
+            Some("data") => bytes.extend(follow::decode(&ev)?),
+            Some("end") => end = Some(ev),
+            _ => {}
+        }
+    }
+    Ok((String::from_utf8(bytes)?, end))
+}
+
+/// A Process has the subresources of a SandboxProcess, through its own group: its output (with
+/// cursors), stdin, signals.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn a_process_has_the_subresources_of_a_sandbox_process() {
+    with_ns("proc-sub", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let at = |name: &str, sub: &str| {
+            format!(
+                "/apis/processes.sandbox.dev/v1alpha1/namespaces/{}/processes/{name}/{sub}",
+                t.name
+            )
+        };
+        // Output: every byte of both streams, by cursor.
+        t.create_proc(process(
+            "out",
+            "work",
+            sh("echo one; echo two >&2; exit 3", json!({})),
+        ))
+        .await?;
+        t.until_proc("out", 60, "exit", |o| text(o, "/status/phase") == "Exited")
+            .await?;
+        let (out, end) = read_log(&t, &at("out", "log")).await?;
+        ensure!(
+            out.contains("one\n") && out.contains("two\n") && out.len() == 8,
+            "{out:?}"
+        );
+        let end = end.context("no end event")?;
+        assert_eq!(end["record"]["exit"]["code"], 3, "{end}");
+        let (stdout, _) = read_log(&t, &format!("{}?stream=stdout", at("out", "log"))).await?;
+        assert_eq!(stdout, "one\n");
+        // stdin: written, closed, read by the process.
+        t.create_proc(process(
+            "cat",
+            "work",
+            json!({"command": ["cat"], "stdin": true}),
+        ))
+        .await?;
+        t.until_proc("cat", 60, "run", |o| text(o, "/status/phase") == "Running")
+            .await?;
+        let wrote = post_json(
+            &t,
+            &format!("{}?offset=0&close=true", at("cat", "stdin")),
+            b"hello\n",
+        )
+        .await?;
+        ensure!(wrote.contains("\"closed\":true"), "{wrote}");
+        let done = t
+            .until_proc("cat", 60, "exit", |o| text(o, "/status/phase") == "Exited")
+            .await?;
+        assert_eq!(text(&done, "/status/exit/code"), "0");
+        assert_eq!(text(&done, "/status/output/tail"), "hello\n");
+        // A signal ends a sleeper by it.
+        t.create_proc(process("sleeper", "work", sh("sleep 300", json!({}))))
+            .await?;
+        t.until_proc("sleeper", 60, "run", |o| {
+            text(o, "/status/phase") == "Running"
+        })
+        .await?;
+        post_json(&t, &at("sleeper", "signal"), br#"{"signal": 9}"#).await?;
+        let done = t
+            .until_proc("sleeper", 60, "end", |o| {
+                text(o, "/status/phase") == "Exited"
+            })
+            .await?;
+        assert_eq!(text(&done, "/status/exit/signal"), "9", "{:?}", done.data);
+        // No such process: 404 in the resource's words.
+        let e = follow::get_text(&t.client, &at("nope", "log"))
+            .await
+            .unwrap_err();
+        ensure!(
+            format!("{e:#}").contains("processes.processes.sandbox.dev \"nope\" not found"),
+            "{e:#}"
+        );
         Ok(())
     })
     .await;

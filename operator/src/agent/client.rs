@@ -310,6 +310,16 @@ impl AgentClient {
     }
 
     /// One signal to the process group, outside the stop sequence (`kubectl sandbox kill`).
+    /// The stop sequence with the process's own stop signal and grace period (as started).
+    pub async fn stop_as_started(&self, url: &str, id: &str) -> Result<ProcessRecord, AgentError> {
+        let req = SignalRequest {
+            stop: true,
+            signal: None,
+            grace_seconds: None,
+        };
+        self.post_signal(url, id, &req).await
+    }
+
     pub async fn signal(
         &self,
         url: &str,

@@ -71,23 +71,9 @@ impl Api {
     }
 }
 
-/// How long a request waits for this replica to know what every agent holds.
-const KNOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Waits until this replica knows every agent's records ([`crate::agent::Agents::all_known`]):
-/// a list before would leave processes out (and the namespace controller, seeing none, would
-/// finish a namespace whose processes still run). 503 after [`KNOWN_WAIT`]: clients retry.
+/// Waits until this replica knows every agent's records ([`Server::all_known`]).
 async fn known(api: &Api) -> Result<(), SubresourceError> {
-    let deadline = tokio::time::Instant::now() + KNOWN_WAIT;
-    while !api.server.agents.all_known() {
-        if tokio::time::Instant::now() >= deadline {
-            return Err(SubresourceError::Unavailable(
-                "this operator replica does not know yet what every node's agent holds (it has just started); try again".into(),
-            ));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    Ok(())
+    api.server.all_known().await
 }
 
 pub fn router(api: Arc<Api>) -> Router {
@@ -125,10 +111,24 @@ async fn resource_list() -> Json<serde_json::Value> {
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": GROUP_VERSION,
-        "resources": [{
+        "resources": resources(),
+    }))
+}
+
+/// The resource and its subresources (those served by the subresource handlers, through `Door::Process`).
+fn resources() -> serde_json::Value {
+    let sub = |name: &str, verbs: &[&str]| json!({"name": format!("processes/{name}"), "singularName": "", "namespaced": true, "kind": KIND, "verbs": verbs});
+    json!([
+        {
             "name": "processes", "singularName": "process", "namespaced": true, "kind": KIND,
             "verbs": ["create", "delete", "get", "list", "patch", "watch"],
             "shortNames": ["proc"], "categories": ["sandbox"],
-        }],
-    }))
+        },
+        sub("log", &["get"]),
+        sub("signal", &["create"]),
+        sub("stdin", &["create", "get"]),
+        sub("resize", &["create"]),
+        sub("attach", &["create", "get"]),
+        sub("probe", &["create"]),
+    ])
 }

@@ -315,6 +315,22 @@ fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
+impl crate::aggregated::subresources::ProcessTable for Store {
+    fn locate(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<crate::aggregated::subresources::Located> {
+        let e = self.get(namespace, name)?;
+        Some(crate::aggregated::subresources::Located {
+            agent: e.agent.clone(),
+            exec_id: e.exec_id.clone(),
+            pod: e.columns.pod.clone(),
+            tty: e.spec.get("tty").and_then(|t| t.as_bool()) == Some(true),
+        })
+    }
+}
+
 impl ObjectSink for Store {
     fn upsert(&self, agent: &str, record: &ProcessRecord) {
         Store::upsert(self, agent, record)

@@ -22,6 +22,7 @@ use serde::Deserialize;
 
 use super::authorization::{authorized_process, caller, Needs};
 use super::error::{Result, SubresourceError};
+use super::locate::Door;
 use super::locate::Located;
 use super::server::Server;
 use super::tls::Peer;
@@ -131,6 +132,7 @@ fn protocol(headers: &HeaderMap) -> Result<&'static str> {
 pub async fn attach(
     State(server): State<Arc<Server>>,
     Extension(peer): Extension<Peer>,
+    Extension(door): Extension<Door>,
     Path((namespace, name)): Path<(String, String)>,
     params: std::result::Result<Query<AttachParams>, QueryRejection>,
     headers: HeaderMap,
@@ -147,7 +149,7 @@ pub async fn attach(
         ))
     })?;
     let proto = protocol(&headers)?;
-    let at = authorized_process(&server, &user, &namespace, &name, NEEDS).await?;
+    let at = authorized_process(&server, &user, door, &namespace, &name, NEEDS).await?;
     if opts.stdin {
         stdin_open(&server, &at, &name).await?;
     }

@@ -1,16 +1,15 @@
 //! Who calls, and whether they may: the user the API server's front proxy vouches for, and
-//! SubjectAccessReviews for the same user on the SandboxProcess and on its pod.
+//! SubjectAccessReviews for the same user on the SandboxProcess (or Process) and on its pod.
 use axum::http::HeaderMap;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::PostParams;
 use kube::Api;
-use sandbox_api::crd::GROUP;
 
 use super::error::{Result, SubresourceError};
 use super::frontproxy::UserInfo;
-use super::locate::{locate, Located};
+use super::locate::{locate, Door, Located};
 use super::server::Server;
 use super::tls::Peer;
 
@@ -41,14 +40,16 @@ pub struct Needs {
 pub async fn authorized_process(
     server: &Server,
     user: &UserInfo,
+    door: Door,
     namespace: &str,
     name: &str,
     needs: Needs,
 ) -> Result<Located> {
-    authorize(server, user, needs.verb, namespace, name).await?;
-    let at = locate(server, namespace, name).await?;
+    authorize(server, user, door, needs.verb, namespace, name).await?;
+    let at = locate(server, door, namespace, name).await?;
     if let Some(what) = needs.exec {
-        authorize_exec(server, user, namespace, &at.pod, what).await?;
+        let act = format!("{what} a {}", door.kind());
+        authorize_exec_for(server, user, namespace, &at.pod, &act).await?;
     }
     Ok(at)
 }
@@ -85,24 +86,7 @@ async fn require(
 
 /// The right `kubectl exec` needs on the process's pod: a signal can do what `stop` can (end
 /// the process), and changing `stop` needs it (the admission policy), so a signal does too.
-pub(crate) async fn authorize_exec(
-    server: &Server,
-    user: &UserInfo,
-    namespace: &str,
-    pod: &str,
-    what: &str,
-) -> Result<()> {
-    authorize_exec_for(
-        server,
-        user,
-        namespace,
-        pod,
-        &format!("{what} a SandboxProcess"),
-    )
-    .await
-}
-
-/// As [`authorize_exec`], the refusal saying `act` ("starting a process") needs the right.
+/// The refusal says `act` ("starting a process") needs the right.
 pub(crate) async fn authorize_exec_for(
     server: &Server,
     user: &UserInfo,
@@ -128,17 +112,19 @@ pub(crate) async fn authorize_exec_for(
     .await
 }
 
-/// RBAC on the SandboxProcess itself, for the caller.
+/// RBAC on the SandboxProcess (or Process) itself, for the caller.
 async fn authorize(
     server: &Server,
     user: &UserInfo,
+    door: Door,
     verb: &str,
     namespace: &str,
     name: &str,
 ) -> Result<()> {
+    let (group, resource) = (door.group(), door.resource());
     let attrs = ResourceAttributes {
-        group: Some(GROUP.into()),
-        resource: Some("sandboxprocesses".into()),
+        group: Some(group.into()),
+        resource: Some(resource.into()),
         verb: Some(verb.into()),
         namespace: Some(namespace.into()),
         name: Some(name.into()),
@@ -146,7 +132,7 @@ async fn authorize(
     };
     require(server, user, attrs, || {
         format!(
-            "sandboxprocesses.{GROUP} \"{name}\" is forbidden: User \"{}\" cannot {verb} resource \"sandboxprocesses\" in API group \"{GROUP}\" in the namespace \"{namespace}\"",
+            "{resource}.{group} \"{name}\" is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" in the namespace \"{namespace}\"",
             user.username
         )
     })

@@ -24,6 +24,54 @@ pub struct Located {
     pub tty: bool,
 }
 
+/// Which resource a request names: the CRD's `sandboxprocesses`, or the `processes` served from
+/// the nodes. Both have the same subresources, checked alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Door {
+    SandboxProcess,
+    Process,
+}
+
+impl Door {
+    /// The API group of the resource itself (what RBAC on the object names).
+    pub fn group(self) -> &'static str {
+        match self {
+            Door::SandboxProcess => GROUP,
+            Door::Process => super::PROCESSES_GROUP,
+        }
+    }
+
+    pub fn resource(self) -> &'static str {
+        match self {
+            Door::SandboxProcess => "sandboxprocesses",
+            Door::Process => "processes",
+        }
+    }
+
+    /// The kind, as messages name it.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Door::SandboxProcess => "SandboxProcess",
+            Door::Process => "Process",
+        }
+    }
+
+    /// What refusals call one ("sandboxprocess \"x\"").
+    pub fn singular(self) -> &'static str {
+        match self {
+            Door::SandboxProcess => "sandboxprocess",
+            Door::Process => "process",
+        }
+    }
+}
+
+/// The replica's table of `processes` ([`Door::Process`]), as the subresources need it: kept by
+/// the processes wing, which sits above this one.
+pub trait ProcessTable: Send + Sync {
+    /// The process `namespace/name`, if this replica serves one by that name.
+    fn locate(&self, namespace: &str, name: &str) -> Option<Located>;
+}
+
 /// Why there is no process to read or signal: not started yet, or never started (the object's
 /// `status.error`, which names the cause). `None` once the process was started.
 fn not_started(name: &str, status: &SandboxProcessStatus) -> Option<SubresourceError> {
@@ -45,8 +93,28 @@ fn not_started(name: &str, status: &SandboxProcessStatus) -> Option<SubresourceE
     }))
 }
 
+/// The process `namespace/name` behind `door`.
+pub async fn locate(server: &Server, door: Door, namespace: &str, name: &str) -> Result<Located> {
+    match door {
+        Door::SandboxProcess => locate_sandbox_process(server, namespace, name).await,
+        Door::Process => {
+            server.all_known().await?;
+            server
+                .processes
+                .as_ref()
+                .and_then(|t| t.locate(namespace, name))
+                .ok_or_else(|| {
+                    SubresourceError::NotFound(format!(
+                        "processes.{} \"{name}\" not found",
+                        super::PROCESSES_GROUP
+                    ))
+                })
+        }
+    }
+}
+
 /// The process of the SandboxProcess `namespace/name`, once started.
-pub async fn locate(server: &Server, namespace: &str, name: &str) -> Result<Located> {
+async fn locate_sandbox_process(server: &Server, namespace: &str, name: &str) -> Result<Located> {
     let sbp = Api::<SandboxProcess>::namespaced(server.client.clone(), namespace)
         .get_opt(name)
         .await
@@ -109,6 +177,7 @@ mod tests {
             client: kube::Client::try_from(config).unwrap(),
             agents,
             request_headers: tokio::sync::watch::channel(Default::default()).1,
+            processes: None,
         };
         (server, w)
     }

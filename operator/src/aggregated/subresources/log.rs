@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::authorization::{authorized_process, caller, Needs};
 use super::error::{agent_error, Result, SubresourceError};
+use super::locate::Door;
 use super::relay;
 use super::server::Server;
 use super::tls::Peer;
@@ -84,6 +85,7 @@ fn parse_stream(s: Option<&str>) -> Result<Option<LogStream>> {
 pub async fn log(
     State(server): State<Arc<Server>>,
     Extension(peer): Extension<Peer>,
+    Extension(door): Extension<Door>,
     Path((namespace, name)): Path<(String, String)>,
     params: std::result::Result<Query<LogParams>, QueryRejection>,
     headers: HeaderMap,
@@ -91,7 +93,7 @@ pub async fn log(
     let user = caller(&server, &peer, &headers)?;
     let Query(p) = params.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
     let query = p.query()?;
-    let at = authorized_process(&server, &user, &namespace, &name, NEEDS).await?;
+    let at = authorized_process(&server, &user, door, &namespace, &name, NEEDS).await?;
     let resp = server
         .agents
         .client

@@ -18,6 +18,10 @@
 //!   → `{"ready": R, "message": M}`: one port check from inside the pod's network namespace
 //!   (clients' `waitForPort`). Needs `get` on the object and `create pods/exec` on its pod.
 //!
+//! - The same subresources of a `processes` object, under
+//!   `/apis/processes.sandbox.dev/v1alpha1/namespaces/NS/processes/NAME/…` ([`Door::Process`]):
+//!   RBAC on `processes` in `processes.sandbox.dev` where the above checks `sandboxprocesses`.
+//!
 //! - `POST /mutate/sandboxprocesses`, on its own port ([`run_webhook`]): the mutating admission
 //!   webhook that rewrites a quantity written as a number (`cpu: 1.5`) as its text ([`mutate`]).
 //!
@@ -58,6 +62,7 @@ use tracing::info;
 
 pub use discovery::{API_GROUP, API_VERSION, PROCESSES_GROUP};
 pub use error::{agent_error, agent_error_for, Result, SubresourceError};
+pub use locate::{Door, Located, ProcessTable};
 pub use server::Server;
 
 /// Serves the subresources and `more` (the other groups of this server) on one listener.
@@ -100,11 +105,26 @@ pub async fn run_webhook(
 
 pub fn router(server: Arc<Server>) -> Router {
     let base = format!("/apis/{API_GROUP}/{API_VERSION}");
-    let process = format!("{base}/namespaces/{{namespace}}/sandboxprocesses/{{name}}");
+    let sandbox_process = format!("{base}/namespaces/{{namespace}}/sandboxprocesses/{{name}}");
+    let process = format!(
+        "/apis/{PROCESSES_GROUP}/{API_VERSION}/namespaces/{{namespace}}/processes/{{name}}"
+    );
     Router::new()
         .route("/apis", get(discovery::group_list))
         .route(&format!("/apis/{API_GROUP}"), get(discovery::group))
         .route(&base, get(discovery::resource_list))
+        .merge(subresources(&sandbox_process, Door::SandboxProcess))
+        .merge(subresources(&process, Door::Process))
+        .fallback(|| async {
+            SubresourceError::NotFound("the server could not find the requested resource".into())
+        })
+        .with_state(server)
+}
+
+/// The subresources of one process at `process` (a path), through `door`: the same handlers
+/// for a SandboxProcess and for a Process.
+fn subresources(process: &str, door: Door) -> Router<Arc<Server>> {
+    Router::new()
         .route(&format!("{process}/log"), get(log::log))
         .route(&format!("{process}/signal"), post(signal::signal))
         .route(&format!("{process}/probe"), post(probe::probe))
@@ -116,10 +136,7 @@ pub fn router(server: Arc<Server>) -> Router {
                 .get(stdin::stdin_state)
                 .layer(axum::extract::DefaultBodyLimit::max(MAX_STDIN_WRITE)),
         )
-        .fallback(|| async {
-            SubresourceError::NotFound("the server could not find the requested resource".into())
-        })
-        .with_state(server)
+        .layer(axum::Extension(door))
 }
 
 /// What each subresource request needs of its caller beyond RBAC on the subresource itself, as

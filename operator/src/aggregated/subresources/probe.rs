@@ -7,6 +7,7 @@ use axum::{Extension, Json};
 
 use super::authorization::{authorized_process, caller, Needs};
 use super::error::{agent_error, Result, SubresourceError};
+use super::locate::Door;
 use super::server::Server;
 use super::tls::Peer;
 
@@ -24,6 +25,7 @@ pub(super) const NEEDS: Needs = Needs {
 pub async fn probe(
     State(server): State<Arc<Server>>,
     Extension(peer): Extension<Peer>,
+    Extension(door): Extension<Door>,
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
     body: axum::body::Bytes,
@@ -37,7 +39,7 @@ pub async fn probe(
     })?;
     sandbox_api::validate::port_check("probe", &p)
         .map_err(|v| SubresourceError::BadRequest(v.to_string()))?;
-    let at = authorized_process(&server, &user, &namespace, &name, NEEDS).await?;
+    let at = authorized_process(&server, &user, door, &namespace, &name, NEEDS).await?;
     let r = server
         .agents
         .client

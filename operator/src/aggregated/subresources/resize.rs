@@ -12,6 +12,7 @@ use tracing::info;
 
 use super::authorization::{authorized_process, caller, Needs};
 use super::error::{agent_error, Result, SubresourceError};
+use super::locate::Door;
 use super::server::Server;
 use super::tls::Peer;
 
@@ -48,6 +49,7 @@ impl ResizeBody {
 pub async fn resize(
     State(server): State<Arc<Server>>,
     Extension(peer): Extension<Peer>,
+    Extension(door): Extension<Door>,
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
     body: std::result::Result<Json<ResizeBody>, JsonRejection>,
@@ -55,7 +57,7 @@ pub async fn resize(
     let user = caller(&server, &peer, &headers)?;
     let Json(b) = body.map_err(|e| SubresourceError::BadRequest(e.body_text()))?;
     let size = b.size()?;
-    let at = authorized_process(&server, &user, &namespace, &name, NEEDS).await?;
+    let at = authorized_process(&server, &user, door, &namespace, &name, NEEDS).await?;
     if !at.tty {
         return Err(no_terminal(&name));
     }

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::authorization::{authorized_process, caller, Needs};
 use super::error::{agent_error, Result, SubresourceError};
+use super::locate::Door;
 use super::server::Server;
 use super::tls::Peer;
 
@@ -73,6 +74,7 @@ impl StdinParams {
 pub async fn stdin(
     State(server): State<Arc<Server>>,
     Extension(peer): Extension<Peer>,
+    Extension(door): Extension<Door>,
     Path((namespace, name)): Path<(String, String)>,
     params: std::result::Result<Query<StdinParams>, QueryRejection>,
     headers: HeaderMap,
@@ -87,7 +89,7 @@ pub async fn stdin(
         ))
     })?;
     let (offset, close, writer) = p.parse()?;
-    let at = authorized_process(&server, &user, &namespace, &name, WRITE_NEEDS).await?;
+    let at = authorized_process(&server, &user, door, &namespace, &name, WRITE_NEEDS).await?;
     if !writer.is_empty() && !at.tty {
         return Err(SubresourceError::Conflict(format!(
             "TerminalUnavailable: sandboxprocess \"{name}\" runs without a terminal (spec.tty): \
@@ -111,11 +113,12 @@ pub async fn stdin(
 pub async fn stdin_state(
     State(server): State<Arc<Server>>,
     Extension(peer): Extension<Peer>,
+    Extension(door): Extension<Door>,
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<StdinState>> {
     let user = caller(&server, &peer, &headers)?;
-    let at = authorized_process(&server, &user, &namespace, &name, READ_NEEDS).await?;
+    let at = authorized_process(&server, &user, door, &namespace, &name, READ_NEEDS).await?;
     let rec = server
         .agents
         .client
