@@ -7,6 +7,8 @@ pub mod convert;
 #[cfg(feature = "crd")]
 pub mod crd;
 #[cfg(feature = "crd")]
+pub mod process;
+#[cfg(feature = "crd")]
 pub mod quantity;
 #[cfg(feature = "crd")]
 pub mod spec_fields;

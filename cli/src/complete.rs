@@ -82,7 +82,7 @@ pub fn want(cmd: &Command, words: &[String]) -> (Want, KubeFlags) {
     }
     let name = at.get_name();
     let want = match (name, positionals) {
-        ("run", 0) => Want::Objects {
+        ("run" | "exec", 0) => Want::Objects {
             pods: true,
             prefix: cur.into(),
         },
@@ -97,7 +97,7 @@ pub fn want(cmd: &Command, words: &[String]) -> (Want, KubeFlags) {
                 .map(|s| (s.to_string(), String::new()))
                 .collect(),
         ),
-        ("run", _) => Want::Default,
+        ("run" | "exec", _) => Want::Default,
         _ => Want::Words(Vec::new()),
     };
     (want, kube)
@@ -240,7 +240,16 @@ mod tests {
     #[test]
     fn subcommands_flags_values_and_names() {
         let all = names(words(&[""]));
-        for sub in ["run", "logs", "kill", "ls", "wait", "attach", "completion"] {
+        for sub in [
+            "run",
+            "exec",
+            "logs",
+            "kill",
+            "ls",
+            "wait",
+            "attach",
+            "completion",
+        ] {
             assert!(all.contains(&sub.to_string()), "{sub} in {all:?}");
         }
         assert!(!all.iter().any(|s| s.starts_with("__")), "hidden: {all:?}");

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use sandbox_client::{LogStream, RestartPolicy, Sandbox, SecurityContext, Start};
+use sandbox_client::{Door, LogStream, RestartPolicy, Sandbox, SecurityContext, Start};
 
 use connect::KubeFlags;
 use error::{flag, CliError};
@@ -51,6 +51,11 @@ enum Command {
     /// Create a SandboxProcess running ARGV in POD; with --wait, stream its output and exit
     /// with its exit code.
     Run(RunArgs),
+    /// Run ARGV in POD as a Process served from the nodes (processes.sandbox.dev: no etcd
+    /// write), with `kubectl exec`'s habits: the output streamed, our exit code its, Ctrl-C sent
+    /// to it (with -t, typed to its terminal). Its name goes to stderr first (`process/NAME`)
+    /// for logs, attach, kill or wait to reach it later; it is kept until its TTL after the end.
+    Exec(RunArgs),
     /// Print a process's output: replay, follow until exit (-f), resume after a cursor (--after).
     Logs(LogsArgs),
     /// Stop a process (its stopSignal, SIGKILL after the grace period), or send one signal; an
@@ -346,9 +351,19 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     let sb = Sandbox::new(client, namespace).with_field_manager("kubectl-sandbox");
     match cli.command {
         Command::Run(a) => objects::run(&sb, run_of(a)?).await,
+        Command::Exec(a) => {
+            let mut r = run_of(a)?;
+            if r.output.is_some() || r.dry_run {
+                return Err(CliError::Usage("exec: -o and --dry-run are run's".into()));
+            }
+            r.wait = true;
+            r.interrupt = true;
+            objects::run(&sb.with_door(Door::Process), r).await
+        }
         Command::Logs(a) => {
             let opts = logs_options(&a)?;
-            logs::print(&sb.process(&a.name), &opts)
+            let (sb, name) = objects::resolve(&sb, &a.name).await?;
+            logs::print(&sb.process(&name), &opts)
                 .await
                 .map(|_| 0)
                 .map_err(CliError::into_no_output)
@@ -360,7 +375,8 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
                 .map(sandbox_client::signal::parse)
                 .transpose()
                 .map_err(|e| flag(e, "--signal"))?;
-            objects::kill(&sb, &a.name, signal, a.output.as_deref()).await?;
+            let (sb, name) = objects::resolve(&sb, &a.name).await?;
+            objects::kill(&sb, &name, signal, a.output.as_deref()).await?;
             Ok(0)
         }
         Command::Ls(a) => {
@@ -380,14 +396,16 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
                 objects::WaitFor::Exit
             };
             let timeout = (!a.timeout.is_zero()).then_some(a.timeout);
-            objects::wait(&sb, &a.name, what, timeout, a.output.as_deref()).await
+            let (sb, name) = objects::resolve(&sb, &a.name).await?;
+            objects::wait(&sb, &name, what, timeout, a.output.as_deref()).await
         }
         Command::Attach(a) => {
             let tty = a.tty.then_some(objects::AttachTty {
                 keys: a.detach.detach_keys,
                 after: a.after,
             });
-            objects::attach(&sb, &a.name, tty, !a.no_stream).await
+            let (sb, name) = objects::resolve(&sb, &a.name).await?;
+            objects::attach(&sb, &name, tty, !a.no_stream).await
         }
         Command::Completion(_) => unreachable!("handled above"),
     }
@@ -477,6 +495,7 @@ fn run_of(a: RunArgs) -> Result<objects::Run, CliError> {
         rm: a.rm,
         output: a.output,
         dry_run,
+        interrupt: false,
     })
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use sandbox_client::{
-    AttachEvent, AttachInput, AttachOptions, Exit, Killed, LastExitStatus, Object, Process,
+    AttachEvent, AttachInput, AttachOptions, Door, Exit, Killed, LastExitStatus, Object, Process,
     Sandbox, Start,
 };
 use serde::Serialize;
@@ -12,8 +12,12 @@ use serde::Serialize;
 use crate::error::{flag, CliError};
 use crate::logs;
 
-fn kind_name(name: &str) -> String {
-    format!("sandboxprocess.sandbox.dev/{name}")
+/// `sandboxprocess.sandbox.dev/NAME` or `process.processes.sandbox.dev/NAME`: what kubectl prints.
+fn kind_name(door: Door, name: &str) -> String {
+    match door {
+        Door::SandboxProcess => format!("sandboxprocess.sandbox.dev/{name}"),
+        Door::Process => format!("process.processes.sandbox.dev/{name}"),
+    }
 }
 
 /// `NAME=VALUE` (the value may contain `=` and be empty).
@@ -47,6 +51,46 @@ pub struct Run {
     pub rm: bool,
     pub output: Option<String>,
     pub dry_run: bool,
+    /// `exec`: Ctrl-C (SIGINT to us) is sent to the process as SIGINT, as a terminal would.
+    pub interrupt: bool,
+}
+
+/// The door and name a command's NAME means: `process/NAME` (or `proc/`, `processes/`, the full
+/// `process.processes.sandbox.dev/`) a Process; `sandboxprocess/NAME` (`sbp/`, ...) a
+/// SandboxProcess; a bare NAME the SandboxProcess, or else the Process of that name.
+pub async fn resolve(sb: &Sandbox, arg: &str) -> Result<(Sandbox, String), CliError> {
+    const PROCESS: [&str; 4] = [
+        "process",
+        "proc",
+        "processes",
+        "process.processes.sandbox.dev",
+    ];
+    const SANDBOX: [&str; 4] = [
+        "sandboxprocess",
+        "sbp",
+        "sandboxprocesses",
+        "sandboxprocess.sandbox.dev",
+    ];
+    if let Some((kind, name)) = arg.split_once('/') {
+        let door = if PROCESS.contains(&kind) {
+            Door::Process
+        } else if SANDBOX.contains(&kind) {
+            Door::SandboxProcess
+        } else {
+            return Err(CliError::Usage(format!(
+                "NAME: {kind:?} is not a kind here: NAME, process/NAME or sandboxprocess/NAME"
+            )));
+        };
+        return Ok((sb.clone().with_door(door), name.to_string()));
+    }
+    let sbp = sb.clone().with_door(Door::SandboxProcess);
+    if sbp.get(arg).await?.is_none() {
+        let proc = sb.clone().with_door(Door::Process);
+        if let Ok(Some(_)) = proc.get(arg).await {
+            return Ok((proc, arg.to_string()));
+        }
+    }
+    Ok((sbp, arg.to_string()))
 }
 
 pub async fn run(sb: &Sandbox, r: Run) -> Result<u8, CliError> {
@@ -58,7 +102,7 @@ pub async fn run(sb: &Sandbox, r: Run) -> Result<u8, CliError> {
             .map_err(|e| flag(e, "run"))?;
         match r.output.as_deref() {
             Some(f) => print_object(&m, f)?,
-            None => println!("{} created (dry run)", kind_name(&name)),
+            None => println!("{} created (dry run)", kind_name(sb.door(), &name)),
         }
         return Ok(0);
     }
@@ -69,14 +113,18 @@ pub async fn run(sb: &Sandbox, r: Run) -> Result<u8, CliError> {
         None => false,
     };
     let p = sb.start(r.start).await.map_err(|e| flag(e, "run"))?;
+    if r.interrupt {
+        // What reaches it later: kubectl sandbox logs|attach|kill|wait process/NAME.
+        eprintln!("process/{}", p.name());
+    }
     if !r.wait {
         match r.output.as_deref() {
             Some(f) => print_object(&p.object().await?, f)?,
             None if existed => println!(
                 "{} already exists with this spec: the same process, not started again",
-                kind_name(p.name())
+                kind_name(p.door(), p.name())
             ),
-            None => println!("{} created", kind_name(p.name())),
+            None => println!("{} created", kind_name(p.door(), p.name())),
         }
         return Ok(0);
     }
@@ -87,18 +135,49 @@ pub async fn run(sb: &Sandbox, r: Run) -> Result<u8, CliError> {
             Ok(Some(code)) => Ok(code),
             Err(e) => Err(e),
         }
-    } else if r.stdin {
-        attach_to(&p, true).await
     } else {
-        follow_to_exit(&p).await
+        let forward = r
+            .interrupt
+            .then(|| tokio::spawn(forward_interrupts(p.clone())));
+        let code = if r.stdin {
+            attach_to(&p, true).await
+        } else {
+            follow_to_exit(&p).await
+        };
+        if let Some(f) = forward {
+            f.abort();
+        }
+        code
     };
     if r.rm {
         // Like `kubectl run --rm`: gone once we are done with it, however that went.
         if let Err(e) = p.delete().await {
-            eprintln!("kubectl-sandbox: deleting {}: {e}", kind_name(p.name()));
+            eprintln!(
+                "kubectl-sandbox: deleting {}: {e}",
+                kind_name(p.door(), p.name())
+            );
         }
     }
     outcome
+}
+
+/// Each Ctrl-C (SIGINT to us) sent on to the process as SIGINT, while its output streams: the
+/// process decides what an interrupt means, as on a terminal. A third within a second leaves
+/// (the process may ignore SIGINT; it runs on, reachable by its name).
+async fn forward_interrupts(p: Process) {
+    let mut recent: Vec<std::time::Instant> = vec![];
+    while tokio::signal::ctrl_c().await.is_ok() {
+        let now = std::time::Instant::now();
+        recent.retain(|t| now.duration_since(*t) < Duration::from_secs(1));
+        recent.push(now);
+        if recent.len() >= 3 {
+            eprintln!("kubectl-sandbox: left process/{} running", p.name());
+            std::process::exit(130);
+        }
+        if let Err(e) = p.signal(2).await {
+            eprintln!("kubectl-sandbox: sending SIGINT: {e}");
+        }
+    }
 }
 
 /// Waits for the start (for ever, as `kubectl wait` does without a timeout), saying on stderr
@@ -115,7 +194,7 @@ async fn wait_started_saying(p: &Process) -> Result<(), CliError> {
                 if !starting && state != told {
                     eprintln!(
                         "kubectl-sandbox: {} waits to start: {state}",
-                        kind_name(p.name())
+                        kind_name(p.door(), p.name())
                     );
                     told = state;
                 }
@@ -160,7 +239,7 @@ pub async fn attach(
     if let Some(how) = sandbox_client::already_ended(&p.object().await?) {
         return Err(CliError::Failed(format!(
             "{} has {how}: there is no process to attach to (its output: kubectl sandbox logs {name})",
-            kind_name(name)
+            kind_name(sb.door(), name)
         )));
     }
     match tty {
@@ -180,7 +259,7 @@ async fn terminal_to(
     if !p.object().await?.spec.tty {
         return Err(CliError::Usage(format!(
             "{} has no terminal (spec.tty: true, or `run -it`): attach without -t",
-            kind_name(p.name())
+            kind_name(p.door(), p.name())
         )));
     }
     match crate::terminal::session(p, keys, after).await? {
@@ -188,7 +267,7 @@ async fn terminal_to(
         crate::terminal::Ended::Detached => {
             eprintln!(
                 "\r\nkubectl-sandbox: detached from {}, which runs on; attach again with: kubectl sandbox -n {} attach -it {}",
-                kind_name(p.name()),
+                kind_name(p.door(), p.name()),
                 p.namespace(),
                 p.name()
             );
@@ -204,10 +283,10 @@ async fn attach_to(p: &Process, stream: bool) -> Result<u8, CliError> {
     if !spec.stdin && !spec.tty {
         return Err(CliError::Usage(format!(
             "{} was created without stdin (spec.stdin: true, or `run -i`)",
-            kind_name(p.name())
+            kind_name(p.door(), p.name())
         )));
     }
-    let who = kind_name(p.name());
+    let who = kind_name(p.door(), p.name());
     let target = p.clone().on_stdin_stall(STDIN_STALL, move |s| {
         eprintln!(
             "kubectl-sandbox: {who} is not reading its stdin ({} bytes pending for {} s); still waiting",
@@ -335,7 +414,7 @@ pub async fn wait(
     }
     match output {
         Some(f) => print_object(&p.object().await?, f)?,
-        None => println!("{} condition met", kind_name(name)),
+        None => println!("{} condition met", kind_name(sb.door(), name)),
     }
     Ok(0)
 }
@@ -353,15 +432,17 @@ pub async fn kill(
         return print_object(&p.object().await?, f);
     }
     match done {
-        Killed::AlreadyEnded(said) => println!("{} {said}; nothing sent", kind_name(name)),
+        Killed::AlreadyEnded(said) => {
+            println!("{} {said}; nothing sent", kind_name(sb.door(), name))
+        }
         Killed::Stopping {
             signal,
             grace_seconds,
         } => println!(
             "{} stopping (signal {signal}, SIGKILL after {grace_seconds}s)",
-            kind_name(name)
+            kind_name(sb.door(), name)
         ),
-        Killed::Signalled(sig) => println!("{}: signal {sig} sent", kind_name(name)),
+        Killed::Signalled(sig) => println!("{}: signal {sig} sent", kind_name(sb.door(), name)),
     }
     Ok(())
 }
@@ -409,10 +490,28 @@ fn last_exit(l: &LastExitStatus) -> String {
     format!("{}/{}", l.exit.code, l.end_reason)
 }
 
-pub fn table(items: &[Object], with_namespace: bool, wide: bool) -> String {
+/// The object as its server serves it: a Process keeps its own apiVersion and kind.
+fn as_served(door: Door, o: &Object) -> serde_json::Value {
+    let mut v = serde_json::to_value(o).unwrap_or_default();
+    if door == Door::Process {
+        v["apiVersion"] = "processes.sandbox.dev/v1alpha1".into();
+        v["kind"] = "Process".into();
+    }
+    v
+}
+
+/// The kind column's word for a door.
+fn kind_word(door: Door) -> &'static str {
+    match door {
+        Door::SandboxProcess => "SandboxProcess",
+        Door::Process => "Process",
+    }
+}
+
+pub fn table(items: &[(Door, Object)], with_namespace: bool, wide: bool) -> String {
     let mut rows = vec![];
     let mut head = vec![
-        "NAME", "POD", "PHASE", "READY", "RESTARTS", "EXIT", "REASON", "AGE",
+        "NAME", "POD", "PHASE", "READY", "RESTARTS", "EXIT", "REASON", "AGE", "KIND",
     ];
     if wide {
         head.extend(["NODE", "CONTAINER", "PID", "LAST-EXIT", "COMMAND"]);
@@ -421,7 +520,7 @@ pub fn table(items: &[Object], with_namespace: bool, wide: bool) -> String {
         head.insert(0, "NAMESPACE");
     }
     rows.push(head.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-    for o in items {
+    for (door, o) in items {
         let s = o.status.clone().unwrap_or_default();
         let ready = s.conditions.iter().find(|c| c.type_ == "Ready");
         let mut row = vec![
@@ -447,6 +546,7 @@ pub fn table(items: &[Object], with_namespace: bool, wide: bool) -> String {
                 })
                 .unwrap_or_default(),
             age(o),
+            kind_word(*door).to_string(),
         ];
         if wide {
             let none = || "<none>".to_string();
@@ -483,26 +583,41 @@ pub fn table(items: &[Object], with_namespace: bool, wide: bool) -> String {
     out
 }
 
+/// Both kinds, SandboxProcesses and Processes, in one table (a KIND column) or list.
 pub async fn list(
     sb: &Sandbox,
     all_namespaces: bool,
     selector: Option<&str>,
     output: Option<&str>,
 ) -> Result<(), CliError> {
-    let mut items = if all_namespaces {
-        sb.list_all_namespaces(selector).await?
-    } else {
-        sb.list(selector).await?
-    };
-    items.sort_by_key(|o| (o.namespace(), o.name_any()));
+    let mut items: Vec<(Door, Object)> = vec![];
+    for door in [Door::SandboxProcess, Door::Process] {
+        let sb = sb.clone().with_door(door);
+        let got = if all_namespaces {
+            sb.list_all_namespaces(selector).await
+        } else {
+            sb.list(selector).await
+        };
+        match got {
+            Ok(v) => items.extend(v.into_iter().map(|o| (door, o))),
+            // A cluster that does not serve processes (the subresource API off).
+            Err(sandbox_client::Error::Api { code: 404, .. }) if door == Door::Process => {}
+            Err(e) if door == Door::Process => {
+                eprintln!("kubectl-sandbox: processes not listed: {e}")
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    items.sort_by_key(|(d, o)| (o.namespace(), o.name_any(), *d == Door::Process));
     let list = || {
+        let items: Vec<serde_json::Value> = items.iter().map(|(d, o)| as_served(*d, o)).collect();
         serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items,
                            "metadata": {"resourceVersion": ""}})
     };
     match output {
         Some("name") => {
-            for o in &items {
-                println!("{}", kind_name(&o.name_any()));
+            for (d, o) in &items {
+                println!("{}", kind_name(*d, &o.name_any()));
             }
         }
         Some(f) if f.starts_with("jsonpath=") => {
@@ -549,7 +664,7 @@ mod tests {
                                        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
         }))
         .unwrap();
-        let t = table(std::slice::from_ref(&o), true, false);
+        let t = table(&[(Door::SandboxProcess, o.clone())], true, false);
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].starts_with("NAMESPACE   NAME"), "{t}");
         let cols: Vec<&str> = lines[1].split_whitespace().collect();
@@ -557,7 +672,10 @@ mod tests {
             &cols[..8],
             ["ns", "p", "web", "Exited", "False", "0", "3", "Exited"]
         );
-        let t = table(std::slice::from_ref(&o), false, true);
+        assert_eq!(cols.last(), Some(&"SandboxProcess"), "{t}");
+        let t = table(&[(Door::Process, o.clone())], false, false);
+        assert!(t.lines().nth(1).unwrap().ends_with(" Process"), "{t}");
+        let t = table(&[(Door::SandboxProcess, o.clone())], false, true);
         assert!(
             t.lines()
                 .next()
@@ -575,7 +693,7 @@ mod tests {
         // Once started, the container it ran in, also when the spec left it to the pod.
         let mut o = o;
         o.status.get_or_insert_with(Default::default).container_name = Some("main".into());
-        let t = table(&[o], false, true);
+        let t = table(&[(Door::SandboxProcess, o)], false, true);
         assert!(
             t.lines()
                 .nth(1)
@@ -598,7 +716,7 @@ mod tests {
                                        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
         }))
         .unwrap();
-        let t = table(std::slice::from_ref(&o), false, true);
+        let t = table(&[(Door::SandboxProcess, o)], false, true);
         let cols: Vec<&str> = t.lines().nth(1).unwrap().split_whitespace().collect();
         // No exit of the current run: its column stays empty, the reason says why it waits.
         assert_eq!(

@@ -342,3 +342,34 @@ def test_attach_goes_on_across_an_agent_restart_and_no_send_is_lost(sb, pod):
     assert out == b"".join(f"got:{l}\n".encode() for l in lines), out
     assert got[-1] == ("exit", 6), got[-3:]
     p.delete()
+
+
+def test_the_process_door_has_the_same_handle(sb, pod):
+    # Processes served from the nodes (no etcd write per command), through the same handle.
+    ps = Sandbox(namespace=sb.namespace, door="Process")
+    p = ps.start(pod, ["sh", "-c", "echo out; echo err >&2; exit 7"], id="py-door")
+    again = ps.start(pod, ["sh", "-c", "echo out; echo err >&2; exit 7"], id="py-door")
+    assert again.object()["metadata"]["uid"] == p.object()["metadata"]["uid"]
+    with pytest.raises(IdInUse):
+        ps.start(pod, ["true"], id="py-door")
+    e = p.wait(timeout=MIN)
+    assert (e.code, e.signal) == (7, None)
+    out = p.output(timeout=MIN)
+    assert (out.stdout, out.stderr) == (b"out\n", b"err\n")
+    assert any(o["metadata"]["name"] == "py-door" for o in ps.list())
+    assert sb.get("py-door") is None  # not a SandboxProcess
+    cat = ps.start(pod, ["cat"], stdin=True, id="py-door-cat")
+    cat.send_stdin(b"typed\n")
+    cat.close_stdin()
+    assert cat.wait(timeout=MIN).code == 0
+    assert cat.output(timeout=MIN).stdout == b"typed\n"
+    sleeper = ps.start(pod, ["sleep", "300"], id="py-door-stop")
+    sleeper.wait_started(timeout=MIN)
+    k = ps.get("py-door-stop").kill()
+    assert (k.kind, k.signal) == ("stopping", 15)
+    assert sleeper.wait(timeout=MIN).signal == 15
+    for h in (p, cat, sleeper):
+        h.delete()
+    assert ps.get("py-door") is None
+    with pytest.raises(InvalidArgument):
+        Sandbox(namespace=sb.namespace, door="Nope")

@@ -58,6 +58,7 @@ def test_resize_posts_rows_and_cols_once_started_and_refuses_a_bad_size():
 
     class FakeSandbox:
         namespace = "ns"
+        prefix, plural = "/apis/subresources.sandbox.dev/v1alpha1", "sandboxprocesses"
         sent: list = []
 
         def _raw(self, method, path, query=None, body=None, content_type=None, timeout=None):
@@ -385,6 +386,7 @@ def test_conformance_terminal():
 
     class FakeSandbox:
         namespace = "ns"
+        prefix, plural = "/apis/subresources.sandbox.dev/v1alpha1", "sandboxprocesses"
 
         def _raw(self, method, path, query=None, body=None, content_type=None, timeout=None):
             return io.BytesIO(json.dumps(body).encode())

@@ -29,6 +29,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The same handle reaches Processes served from the nodes (`processes.sandbox.dev`, no etcd
+//! write per command) through [`Sandbox::with_door`] with [`Door::Process`]: a start is a create
+//! (the same id and spec again is the same process), a stop goes through the `signal`
+//! subresource, objects read as SandboxProcesses.
+//!
 //! A process that could not run is an [`Error::Process`] carrying `status.error.code`:
 //!
 //! ```no_run
@@ -41,6 +46,7 @@
 //! ```
 #[cfg(test)]
 mod conformance;
+mod door;
 mod error;
 mod logs;
 mod port;
@@ -54,9 +60,10 @@ mod stdin;
 use std::time::Duration;
 
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::{Api, Client};
+use kube::Client;
 use sandbox_api::crd::SandboxProcess;
 
+pub use door::Door;
 pub use error::{Error, Result};
 pub use logs::{encode as percent_encode, LogEvent, LogOptions, LogStream};
 pub use port::PortCheck;
@@ -86,12 +93,14 @@ pub struct Sandbox {
     client: Client,
     namespace: String,
     field_manager: String,
+    door: Door,
 }
 
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sandbox")
             .field("namespace", &self.namespace)
+            .field("door", &self.door)
             .finish()
     }
 }
@@ -103,7 +112,19 @@ impl Sandbox {
             client,
             namespace: namespace.into(),
             field_manager: FIELD_MANAGER.into(),
+            door: Door::SandboxProcess,
         }
+    }
+
+    /// The same client, starting and finding processes through `door`: [`Door::Process`] for
+    /// commands served from the nodes (no etcd write per command).
+    pub fn with_door(mut self, door: Door) -> Self {
+        self.door = door;
+        self
+    }
+
+    pub fn door(&self) -> Door {
+        self.door
     }
 
     /// From the environment, like kubectl: `$KUBECONFIG` / `~/.kube/config` (its current
@@ -141,10 +162,6 @@ impl Sandbox {
         &self.client
     }
 
-    fn api(&self) -> Api<SandboxProcess> {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
     /// Starts a process (creates its SandboxProcess by server-side apply) and returns its
     /// handle at once; the operator starts it on the pod's node. With the same
     /// [`Start::id`] and options again: the same process (no second start). The same id with
@@ -155,9 +172,19 @@ impl Sandbox {
         // Escaped for the API server's YAML decoder: argv and env may hold any character.
         let body = sandbox_api::apply::body(&manifest).map_err(kube::Error::SerdeError)?;
         let params = PatchParams::apply(&self.field_manager);
+        let api = Door::sandbox_processes(&self.client, &self.namespace);
         let mut failures = 0u32;
         loop {
-            match self.api().patch(&name, &params, &Patch::Apply(&body)).await {
+            let sent = match self.door {
+                Door::SandboxProcess => api
+                    .patch(&name, &params, &Patch::Apply(&body))
+                    .await
+                    .map(|_| ()),
+                Door::Process => {
+                    Door::create_served(&self.client, &self.namespace, manifest.clone()).await
+                }
+            };
+            match sent {
                 Ok(_) => return Ok(self.process(&name)),
                 Err(e) => match Error::from(e) {
                     // A retry is safe: the name was fixed before the first attempt.
@@ -183,6 +210,7 @@ impl Sandbox {
     pub fn process(&self, name: &str) -> Process {
         Process {
             client: self.client.clone(),
+            door: self.door,
             namespace: self.namespace.clone(),
             name: name.into(),
             started: Default::default(),
@@ -193,21 +221,24 @@ impl Sandbox {
 
     /// Reattaches to a process by name (its id); `None` if there is no such object.
     pub async fn get(&self, name: &str) -> Result<Option<Process>> {
-        Ok(self.api().get_opt(name).await?.map(|_| self.process(name)))
+        let found = self.door.get(&self.client, &self.namespace, name).await?;
+        Ok(found.map(|_| self.process(name)))
     }
 
     /// The namespace's SandboxProcesses (their status says how each is), optionally by label
-    /// selector.
+    /// selector; through [`Door::Process`], its Processes, read as SandboxProcesses.
     pub async fn list(&self, selector: Option<&str>) -> Result<Vec<SandboxProcess>> {
-        Ok(self.api().list(&list_params(selector)).await?.items)
+        let lp = list_params(selector);
+        self.door
+            .list(&self.client, Some(&self.namespace), &lp)
+            .await
     }
 
-    /// Every namespace's SandboxProcesses (needs cluster-wide list).
+    /// Every namespace's SandboxProcesses, or Processes (needs cluster-wide list).
     pub async fn list_all_namespaces(&self, selector: Option<&str>) -> Result<Vec<SandboxProcess>> {
-        Ok(Api::<SandboxProcess>::all(self.client.clone())
-            .list(&list_params(selector))
-            .await?
-            .items)
+        self.door
+            .list(&self.client, None, &list_params(selector))
+            .await
     }
 }
 

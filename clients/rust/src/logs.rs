@@ -17,9 +17,6 @@ use sandbox_api::wire::{self, ProcessRecord};
 use crate::error::{Error, Result};
 use sandbox_api::cursor::Cursor;
 
-/// Path of the subresource API's group version.
-pub const PATH_PREFIX: &str = "/apis/subresources.sandbox.dev/v1alpha1";
-
 /// Which output: `Stdout`, `Stderr` or `Both`.
 pub use sandbox_api::wire::LogStream;
 
@@ -89,7 +86,8 @@ type EventLines = Lines<Pin<Box<dyn AsyncBufRead + Send>>>;
 /// Reads one process's output across connections.
 pub(crate) struct Reader {
     client: Client,
-    namespace: String,
+    /// The process's path (its door's), up to its name.
+    base: String,
     name: String,
     follow: bool,
     stream: LogStream,
@@ -110,7 +108,13 @@ pub(crate) struct Reader {
 }
 
 impl Reader {
-    pub fn new(client: Client, namespace: &str, name: &str, o: &LogOptions) -> Result<Reader> {
+    pub fn new(
+        client: Client,
+        door: crate::Door,
+        namespace: &str,
+        name: &str,
+        o: &LogOptions,
+    ) -> Result<Reader> {
         let pos = match &o.after {
             Some(c) => Cursor::parse(c).map_err(|m| Error::invalid("after", m))?,
             None => Cursor::default(),
@@ -126,7 +130,7 @@ impl Reader {
         }
         Ok(Reader {
             client,
-            namespace: namespace.into(),
+            base: door.path(namespace, name),
             name: name.into(),
             follow: o.follow,
             stream: o.stream,
@@ -167,12 +171,7 @@ impl Reader {
                 b.saturating_add(self.pos.skip).max(1)
             ));
         }
-        format!(
-            "{PATH_PREFIX}/namespaces/{}/sandboxprocesses/{}/log?{}",
-            encode(&self.namespace),
-            encode(&self.name),
-            q.join("&")
-        )
+        format!("{}/log?{}", self.base, q.join("&"))
     }
 
     async fn connect(&mut self) -> Result<()> {
@@ -570,7 +569,7 @@ mod tests {
             follow: true,
             ..Default::default()
         };
-        let mut r = Reader::new(client, "ns", "p", &o).unwrap();
+        let mut r = Reader::new(client, crate::Door::SandboxProcess, "ns", "p", &o).unwrap();
         r.silence = Duration::from_millis(500);
         let mut got = Vec::new();
         let t0 = std::time::Instant::now();
@@ -644,7 +643,7 @@ mod tests {
                 ..Default::default()
             };
             match (
-                Reader::new(client.clone(), "ns", "p", &o),
+                Reader::new(client.clone(), crate::Door::SandboxProcess, "ns", "p", &o),
                 case["error"].as_str(),
             ) {
                 (Ok(r), None) => {
@@ -705,6 +704,7 @@ mod tests {
         };
         let e = Reader::new(
             Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap(),
+            crate::Door::SandboxProcess,
             "n",
             "p",
             &bad,

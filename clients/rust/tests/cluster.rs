@@ -636,3 +636,63 @@ async fn a_failing_process_restarts_and_its_previous_run_is_read() {
     assert_eq!(e.code(), "InvalidArgument", "{e}");
     p.delete().await.unwrap();
 }
+
+/// The same handle API through the other door: Processes served from the nodes (no etcd write
+/// per command): start by id (once), wait with the exit code, output by stream, stdin, a stop
+/// (no spec.stop to set: the signal subresource's stop), list and reattach.
+#[tokio::test]
+#[ignore = "needs the test cluster (e2e/clients)"]
+async fn the_process_door_has_the_same_handle() {
+    let sb = sandbox().await.with_door(sandbox_client::Door::Process);
+    let start = || Start::new(pod(), ["sh", "-c", "echo out; echo err >&2; exit 7"]).id("rs-door");
+    let p = sb.start(start()).await.unwrap();
+    let again = sb.start(start()).await.unwrap();
+    assert_eq!(
+        again.object().await.unwrap().metadata.uid,
+        p.object().await.unwrap().metadata.uid
+    );
+    let e = sb
+        .start(Start::new(pod(), ["true"]).id("rs-door"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "IdInUse", "{e}");
+    let exit = p.wait(MIN).await.unwrap();
+    assert_eq!((exit.code, exit.signal), (7, None));
+    let out = p.output(None, MIN).await.unwrap();
+    assert_eq!(
+        (out.stdout.as_slice(), out.stderr.as_slice()),
+        (&b"out\n"[..], &b"err\n"[..])
+    );
+    let listed = sb.list(None).await.unwrap();
+    assert!(listed
+        .iter()
+        .any(|o| o.metadata.name.as_deref() == Some("rs-door")));
+    // Not a SandboxProcess: the other door does not see it.
+    assert!(sandbox().await.get("rs-door").await.unwrap().is_none());
+    // stdin in, closed; read back.
+    let cat = sb
+        .start(Start::new(pod(), ["cat"]).stdin(true).id("rs-door-cat"))
+        .await
+        .unwrap();
+    cat.send_stdin(b"typed\n").await.unwrap();
+    cat.close_stdin().await.unwrap();
+    assert_eq!(cat.wait(MIN).await.unwrap().code, 0);
+    assert_eq!(cat.output(None, MIN).await.unwrap().stdout, b"typed\n");
+    // A stop: its stop signal (TERM), as for a SandboxProcess.
+    let sleeper = sb
+        .start(Start::new(pod(), ["sleep", "300"]).id("rs-door-stop"))
+        .await
+        .unwrap();
+    sleeper.wait_started(MIN).await.unwrap();
+    let reattached = sb.get("rs-door-stop").await.unwrap().expect("found by id");
+    assert!(matches!(
+        reattached.kill(None).await.unwrap(),
+        sandbox_client::Killed::Stopping { signal: 15, .. }
+    ));
+    let exit = sleeper.wait(MIN).await.unwrap();
+    assert_eq!(exit.signal, Some(15), "{exit:?}");
+    for p in [p, cat, sleeper] {
+        p.delete().await.unwrap();
+    }
+    assert!(sb.get("rs-door").await.unwrap().is_none());
+}

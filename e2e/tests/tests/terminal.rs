@@ -439,3 +439,50 @@ async fn reattach_shows_the_current_screen_and_replays_no_query() {
     })
     .await;
 }
+
+/// `exec` (a Process, served from the nodes) as `kubectl exec` is used: the process's exit code
+/// is ours, Ctrl-C reaches it as SIGINT (it decides what that means), and the name printed first
+/// reaches it again later.
+#[tokio::test]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+async fn exec_in_tmux_exit_codes_ctrl_c_and_the_name_printed() {
+    with_ns("terminal-exec", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        let plugin = PathBuf::from(env("SPO_PLUGIN"));
+        let tm = Tmux::start(&t.name, &plugin, 30, 160).await?;
+        let ns = &t.name;
+        tm.line(&format!(
+            "kubectl sandbox -n {ns} exec work -- sh -c 'echo out; exit 7'; echo rc=$?"
+        ))
+        .await?;
+        tm.until(r"^rc=7$", 60).await?;
+        tm.line("clear").await?;
+        tm.line(&format!(
+            "kubectl sandbox -n {ns} exec work -- sh -c 'trap \"echo got-INT; exit 5\" INT; echo ready; while :; do sleep 0.2; done'; echo rc=$?"
+        ))
+        .await?;
+        let screen = tm.until(r"^ready$", 60).await?;
+        tm.tmux(&["send-keys", "-t", "t", "C-c"]).await?;
+        let screen = tm.until(r"^rc=5$", 30).await.context(screen)?;
+        ensure!(screen.contains("got-INT"), "{screen}");
+        let name = screen
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("process/"))
+            .context("no process/NAME printed")?
+            .to_string();
+        let out = cmd::kubectl_sandbox(&["-n", ns, "logs", &format!("process/{name}")]).await?;
+        ensure!(out.stdout == "ready\ngot-INT\n", "{out:?}");
+        // The bare name finds it too (no SandboxProcess has it), and `ls` shows its kind.
+        let out = cmd::kubectl_sandbox(&["-n", ns, "wait", &name]).await?;
+        ensure!(out.success() && out.stdout.contains("process.processes.sandbox.dev/"), "{out:?}");
+        let out = cmd::kubectl_sandbox(&["-n", ns, "ls"]).await?;
+        let row = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&name))
+            .with_context(|| format!("{name} not in ls: {out:?}"))?;
+        ensure!(row.split_whitespace().last() == Some("Process"), "{row}");
+        Ok(())
+    })
+    .await;
+}

@@ -6,6 +6,16 @@ GROUP = "sandbox.dev"
 VERSION = "v1alpha1"
 PLURAL = "sandboxprocesses"
 SUBRESOURCES = "/apis/subresources.sandbox.dev/v1alpha1"
+#: The two doors to a process (the Rust crate's ``Door``): a SandboxProcess object in etcd (the
+#: default), or a Process served from the nodes (no etcd write per command, docs/processes.md).
+#: Each: (API group, plural, the path its subresources are under, kind, what messages call one).
+SANDBOX_PROCESS = "SandboxProcess"
+PROCESS = "Process"
+DOORS = {
+    SANDBOX_PROCESS: ("sandbox.dev", "sandboxprocesses", SUBRESOURCES, "sandboxprocess"),
+    PROCESS: ("processes.sandbox.dev", "processes", "/apis/processes.sandbox.dev/v1alpha1",
+              "process"),
+}
 FIELD_MANAGER = "sandbox-client-python"
 # The operator's finalizer (sandbox_api::crd::FINALIZER), sent at create: it spares the operator
 # a write per process (clients/conformance/create.json).

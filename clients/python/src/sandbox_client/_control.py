@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, cast
 
 from kubernetes.client.exceptions import ApiException
 
-from ._consts import GROUP, PLURAL, VERSION
+from ._consts import PROCESS, VERSION
 from ._handle import _Handle
 from ._state import _already_ended
 from .errors import InvalidArgument, _api_error
@@ -32,10 +32,19 @@ class _Control(_Handle):
         said = _already_ended(self.object())
         if said:
             return Killed("already_ended", message=said)
+        if signal is None and self._sandbox.door == PROCESS:
+            # No spec.stop to set: the stop sequence through the signal subresource.
+            self._ensure_started("kill", self.start_timeout)
+            self._sandbox._raw("POST", self._path("signal"), body={"stop": True},
+                               content_type="application/json", timeout=30)
+            spec = self.object().get("spec") or {}
+            return Killed("stopping", signal=spec.get("stopSignal", 15),
+                          grace_seconds=spec.get("terminationGracePeriodSeconds", 5))
         if signal is None:
             try:
                 o = cast(Dict[str, Any], self._sandbox._objects.patch_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, self.name, {"spec": {"stop": True}},
+                    self._sandbox.group, VERSION, self.namespace, self._sandbox.plural, self.name,
+                    {"spec": {"stop": True}},
                     _content_type="application/merge-patch+json",
                 ))
             except ApiException as e:

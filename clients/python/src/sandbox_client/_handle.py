@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, cast
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from ._consts import GROUP, PLURAL, START_TIMEOUT, SUBRESOURCES, VERSION
+from ._consts import START_TIMEOUT, VERSION
 from ._logs import _lines
 from ._started import describe, start_state
 from ._state import (
@@ -59,16 +59,17 @@ class _Handle:
         return f"Process(namespace={self.namespace!r}, name={self.name!r})"
 
     def _path(self, sub: str) -> str:
-        return f"{SUBRESOURCES}/namespaces/{self.namespace}/{PLURAL}/{self.name}/{sub}"
+        sb = self._sandbox
+        return f"{sb.prefix}/namespaces/{self.namespace}/{sb.plural}/{self.name}/{sub}"
 
     def object(self) -> Dict[str, Any]:
         try:
             return cast(Dict[str, Any], self._sandbox._objects.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, self.name
+                self._sandbox.group, VERSION, self.namespace, self._sandbox.plural, self.name
             ))
         except ApiException as e:
             if e.status == 404:
-                raise NotFound(f"sandboxprocess {self.name} not found") from None
+                raise NotFound(f"{self._sandbox.singular} {self.name} not found") from None
             raise _api_error(e) from None
 
     def status(self) -> Dict[str, Any]:
@@ -92,7 +93,7 @@ class _Handle:
         try:
             o = self._until(lambda o: start_state(o)[0] != "wait", "start", timeout)
         except NotStarted as e:
-            raise NotStarted(f"sandboxprocess {self.name} has not started after {timeout}s "
+            raise NotStarted(f"{self._sandbox.singular} {self.name} has not started after {timeout}s "
                              f"({what} needs a started process): {e.state}", e.reason, e.state) from None
         state, _, err = start_state(o)
         if err is not None:
@@ -108,7 +109,7 @@ class _Handle:
             return ""
 
     def _timed_out(self, what: str, timeout: Optional[float], state: str) -> WaitTimeout:
-        said = f"timed out after {timeout}s waiting for sandboxprocess {self.name} to {what}"
+        said = f"timed out after {timeout}s waiting for {self._sandbox.singular} {self.name} to {what}"
         return WaitTimeout(f"{said}: {state}" if state else said)
 
     def _until(self, cond: Callable[[Dict[str, Any]], bool], what: str,
@@ -121,7 +122,8 @@ class _Handle:
         while True:
             try:
                 got = cast(Dict[str, Any], objects.list_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, field_selector=selector,
+                    self._sandbox.group, VERSION, self.namespace, self._sandbox.plural,
+                    field_selector=selector,
                     _request_timeout=30,
                 ))
             except (ApiException, Urllib3Error, OSError) as e:
@@ -136,7 +138,7 @@ class _Handle:
             failures = 0
             items = got.get("items") or []
             if not items:
-                raise NotFound(f"sandboxprocess {self.name} not found")
+                raise NotFound(f"{self._sandbox.singular} {self.name} not found")
             if cond(items[0]):
                 return items[0]
             last = items[0]
@@ -146,7 +148,7 @@ class _Handle:
                 if what == "start":
                     state, reason, _ = start_state(last)
                     if state == "wait":
-                        raise NotStarted(f"sandboxprocess {self.name} has not started after {timeout}s: "
+                        raise NotStarted(f"{self._sandbox.singular} {self.name} has not started after {timeout}s: "
                                          f"{describe(last)}", reason, describe(last))
                 raise self._timed_out(what, timeout, describe(last))
             # Our own watch request, not kubernetes.watch.Watch: that one starts again by
@@ -154,7 +156,8 @@ class _Handle:
             window = 300 if left is None else max(1, min(300, math.ceil(left)))
             try:
                 resp: Any = objects.list_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, field_selector=selector,
+                    self._sandbox.group, VERSION, self.namespace, self._sandbox.plural,
+                    field_selector=selector,
                     resource_version=rv, watch=True, timeout_seconds=window,
                     _preload_content=False, _request_timeout=(30, window + 30),
                 )
@@ -165,7 +168,7 @@ class _Handle:
                         ev = json.loads(line)
                         kind, obj = ev.get("type"), ev.get("object") or {}
                         if kind == "DELETED":
-                            raise NotFound(f"sandboxprocess {self.name} was deleted")
+                            raise NotFound(f"{self._sandbox.singular} {self.name} was deleted")
                         if kind == "ERROR":
                             break  # expired (410) and the like: list again
                         if kind in ("ADDED", "MODIFIED"):
@@ -200,12 +203,12 @@ class _Handle:
             raise ProcessFailed(self.name, s["error"]["code"], s["error"].get("message", ""))
         c = _ready_condition(o)
         why = f"{c['reason']}: {c.get('message', '')}" if c and c.get("status") != "True" and c.get("reason") else "readiness never passed"
-        raise ExitedBeforeReady(f"sandboxprocess {self.name} ended before it was ready: {why}")
+        raise ExitedBeforeReady(f"{self._sandbox.singular} {self.name} ended before it was ready: {why}")
 
     def delete(self) -> None:
         try:
             self._sandbox._objects.delete_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, self.name
+                self._sandbox.group, VERSION, self.namespace, self._sandbox.plural, self.name
             )
         except ApiException as e:
             if e.status != 404:

@@ -9,22 +9,29 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from ._apply import apply
-from ._consts import FIELD_MANAGER, GROUP, PLURAL, VERSION
+from ._consts import DOORS, FIELD_MANAGER, PROCESS, SANDBOX_PROCESS, VERSION
 from ._process import Process
 from ._start import User, _generated_name, _manifest
-from .errors import ApiError, IdInUse, _api_error, _status_error
+from .errors import ApiError, IdInUse, InvalidArgument, _api_error, _status_error
 
 
 class Sandbox:
     """SandboxProcesses of one namespace. Without ``api_client``: the kubeconfig
-    (``$KUBECONFIG``, ``~/.kube/config``; its context's namespace), else in-cluster."""
+    (``$KUBECONFIG``, ``~/.kube/config``; its context's namespace), else in-cluster.
+    ``door="Process"``: start and find Processes served from the nodes instead
+    (``processes.sandbox.dev``: no etcd write per command), with the same handle."""
 
     def __init__(
         self,
         namespace: Optional[str] = None,
         api_client: Optional[k8s.ApiClient] = None,
         field_manager: str = FIELD_MANAGER,
+        door: str = SANDBOX_PROCESS,
     ) -> None:
+        if door not in DOORS:
+            raise InvalidArgument("door", f"{door!r} is not one of {sorted(DOORS)}")
+        self.door = door
+        self.group, self.plural, self.prefix, self.singular = DOORS[door]
         if api_client is None:
             try:
                 k8s_config.load_kube_config()
@@ -85,9 +92,7 @@ class Sandbox:
         failures = 0
         while True:
             try:
-                # Serialized here: argv and env may hold characters YAML refuses raw.
-                apply(self._objects.api_client, GROUP, VERSION, self.namespace, PLURAL, name,
-                      manifest, self.field_manager)
+                self._create(name, manifest)
                 return self.process(name)
             except ApiException as e:
                 err = _api_error(e)
@@ -98,9 +103,24 @@ class Sandbox:
                     continue
                 if err.status == 409 or (err.status == 422 and "immutable" in str(err)):
                     raise IdInUse(
-                        f"sandboxprocess {name} already exists with a different spec: {err}"
+                        f"{self.singular} {name} already exists with a different spec: {err}"
                     ) from None
                 raise err from None
+
+    def _create(self, name: str, manifest: Dict[str, Any]) -> None:
+        if self.door == PROCESS:
+            # A Process is created (the same name and spec again: the one there; another spec:
+            # 409); it has no finalizer, its node's agent holds it.
+            body = dict(manifest, apiVersion=f"{self.group}/{VERSION}", kind="Process")
+            meta = dict(body.get("metadata") or {})
+            meta.pop("finalizers", None)
+            body["metadata"] = meta
+            self._objects.create_namespaced_custom_object(
+                self.group, VERSION, self.namespace, self.plural, body)
+            return
+        # Serialized here: argv and env may hold characters YAML refuses raw.
+        apply(self._objects.api_client, self.group, VERSION, self.namespace, self.plural, name,
+              manifest, self.field_manager)
 
     def process(self, id: str) -> "Process":
         """A handle by name (id), without a request."""
@@ -109,7 +129,8 @@ class Sandbox:
     def get(self, id: str) -> Optional["Process"]:
         """Reattaches to a process by id; ``None`` if there is no such object."""
         try:
-            self._objects.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, id)
+            self._objects.get_namespaced_custom_object(
+                self.group, VERSION, self.namespace, self.plural, id)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -117,10 +138,11 @@ class Sandbox:
         return self.process(id)
 
     def list(self, selector: Optional[str] = None) -> List[Dict[str, Any]]:
-        """The namespace's SandboxProcess objects (their status says how each is)."""
+        """The namespace's SandboxProcess objects (their status says how each is); its Process
+        objects through ``door="Process"``."""
         try:
             got = cast(Dict[str, Any], self._objects.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, label_selector=selector
+                self.group, VERSION, self.namespace, self.plural, label_selector=selector
             ))
         except ApiException as e:
             raise _api_error(e) from None

@@ -1,15 +1,18 @@
-//! Signals: a stop through `spec.stop`, or one signal through the subresource.
+//! Signals: a stop through `spec.stop` (a Process's through its signal subresource, `{"stop":
+//! true}`), or one signal through the subresource.
 use kube::api::{Patch, PatchParams};
 use sandbox_api::wire::ProcessRecord;
 
 use super::Process;
+use crate::door::Door;
 use crate::error::{Error, Result};
 use crate::state::already_ended;
 
 /// What [`Process::kill`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Killed {
-    /// `spec.stop` was set: the stop signal now, SIGKILL after the grace period.
+    /// `spec.stop` was set (a Process: its stop asked for): the stop signal now, SIGKILL after
+    /// the grace period.
     Stopping { signal: i32, grace_seconds: i64 },
     /// The one signal was delivered to the process group.
     Signalled(i32),
@@ -26,10 +29,22 @@ impl Process {
             return Ok(Killed::AlreadyEnded(said));
         }
         match signal {
+            None if self.door == Door::Process => {
+                // No spec.stop to set: the stop sequence through the signal subresource.
+                self.ensure_started("kill", self.start_timeout).await?;
+                let req = http::Request::post(self.url("signal"))
+                    .header("content-type", "application/json")
+                    .body(br#"{"stop": true}"#.to_vec())
+                    .map_err(|e| Error::invalid("name", e.to_string()))?;
+                let _: ProcessRecord = self.client.request(req).await?;
+                Ok(Killed::Stopping {
+                    signal: current.spec.stop_signal,
+                    grace_seconds: current.spec.termination_grace_period_seconds,
+                })
+            }
             None => {
                 let patch = serde_json::json!({"spec": {"stop": true}});
-                let o = self
-                    .api()
+                let o = Door::sandbox_processes(&self.client, &self.namespace)
                     .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await?;
                 Ok(Killed::Stopping {

@@ -5,12 +5,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::DeleteParams;
-use kube::{Api, Client};
+use kube::Client;
 use sandbox_api::crd::{SandboxProcess, SandboxProcessStatus};
 
+use crate::door::Door;
 use crate::error::{Error, Result};
-use crate::logs;
 use crate::stdin::{StallHook, StdinStall};
 
 mod attach;
@@ -24,11 +23,13 @@ pub use attach::{AttachEvent, AttachInput, AttachOptions, AttachOutput};
 pub use control::Killed;
 pub use output::{LogMatch, Output};
 
-/// A process started through a SandboxProcess. Cheap to clone; holds no connection. Dropping
-/// it does nothing to the process: [`crate::Sandbox::get`] with its name reattaches.
+/// A process started through a SandboxProcess (or a Process, [`Door::Process`]). Cheap to
+/// clone; holds no connection. Dropping it does nothing to the process: [`crate::Sandbox::get`]
+/// with its name reattaches.
 #[derive(Clone)]
 pub struct Process {
     pub(crate) client: Client,
+    pub(crate) door: Door,
     pub(crate) namespace: String,
     pub(crate) name: String,
     /// Seen started once: calls that need a start do not ask again (a start is for good).
@@ -84,23 +85,19 @@ impl Process {
         self
     }
 
-    fn api(&self) -> Api<SandboxProcess> {
-        Api::namespaced(self.client.clone(), &self.namespace)
+    /// The door it was started through.
+    pub fn door(&self) -> Door {
+        self.door
     }
 
     pub(crate) fn url(&self, sub: &str) -> String {
-        format!(
-            "{}/namespaces/{}/sandboxprocesses/{}/{sub}",
-            logs::PATH_PREFIX,
-            logs::encode(&self.namespace),
-            logs::encode(&self.name)
-        )
+        format!("{}/{sub}", self.door.path(&self.namespace, &self.name))
     }
 
-    /// The object as it is now.
+    /// The object as it is now (a Process read as the SandboxProcess it mirrors).
     pub async fn object(&self) -> Result<SandboxProcess> {
-        self.api()
-            .get_opt(&self.name)
+        self.door
+            .get(&self.client, &self.namespace, &self.name)
             .await?
             .ok_or_else(|| Error::NotFound(self.name.clone()))
     }
@@ -110,16 +107,11 @@ impl Process {
         Ok(self.object().await?.status.unwrap_or_default())
     }
 
-    /// Deletes the object (a running process is stopped by the operator first).
+    /// Deletes the object (a running process is stopped first, by the operator or, for a
+    /// Process, by its node's agent).
     pub async fn delete(&self) -> Result<()> {
-        match self
-            .api()
-            .delete(&self.name, &DeleteParams::default())
+        self.door
+            .delete(&self.client, &self.namespace, &self.name)
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
     }
 }

@@ -95,7 +95,13 @@ impl Process {
 
     /// A reader, once the process has started (only a started process has output).
     async fn reader(&self, o: &LogOptions) -> Result<Reader> {
-        let r = Reader::new(self.client.clone(), &self.namespace, &self.name, o)?;
+        let r = Reader::new(
+            self.client.clone(),
+            self.door,
+            &self.namespace,
+            &self.name,
+            o,
+        )?;
         self.ensure_started("logs", self.start_timeout).await?;
         Ok(r)
     }
@@ -106,7 +112,11 @@ impl Process {
         if !matches!(e, Error::Api { .. } | Error::StreamBroken { .. }) {
             return e;
         }
-        match self.api().get_opt(&self.name).await {
+        match self
+            .door
+            .get(&self.client, &self.namespace, &self.name)
+            .await
+        {
             Ok(Some(o)) => never_started(&o).unwrap_or(e),
             _ => e,
         }

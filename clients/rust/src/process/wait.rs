@@ -6,6 +6,7 @@ use kube::runtime::wait::await_condition;
 use sandbox_api::crd::SandboxProcess;
 
 use super::Process;
+use crate::door::Door;
 use crate::error::{Error, Result};
 use crate::state::{exit_of, is_final, is_ready, ready_outcome, Exit};
 
@@ -23,16 +24,7 @@ impl Process {
         let watched = async {
             let mut failures = 0u32;
             loop {
-                let c = cond.clone();
-                // Boxed: a watcher's state is large, and waits nest (wait_for_port holds one
-                // while it checks); on the stack it overflowed a 2 MiB thread in debug builds.
-                let fut = Box::pin(await_condition(
-                    self.api(),
-                    &self.name,
-                    // A deleted object also ends the wait; reported below.
-                    move |o: Option<&SandboxProcess>| o.is_none_or(|o| c(o)),
-                ));
-                match fut.await {
+                match self.watch_once(cond.clone()).await {
                     Ok(got) => return Ok(got),
                     // The watch ended on an error (expired, cut, the API server restarting):
                     // watch again, as kubectl wait does; the timeout bounds it.
@@ -43,18 +35,41 @@ impl Process {
                         ))
                         .await;
                     }
-                    Err(e) => {
-                        return Err(Error::Transport(format!(
-                            "watching sandboxprocess {}: {e}",
-                            self.name
-                        )))
-                    }
+                    Err(e) => return Err(self.door.watch_failed(&self.name, e)),
                 }
             }
         };
         self.within(what, timeout, Instant::now(), watched)
             .await?
             .ok_or_else(|| Error::NotFound(self.name.clone()))
+    }
+
+    /// One watch until `cond` holds or the object is gone (`None`), through the handle's door.
+    async fn watch_once<F>(
+        &self,
+        cond: std::sync::Arc<F>,
+    ) -> std::result::Result<Option<SandboxProcess>, kube::runtime::wait::Error>
+    where
+        F: Fn(&SandboxProcess) -> bool + Send + 'static,
+    {
+        // Boxed: a watcher's state is large, and waits nest (wait_for_port holds one while it
+        // checks); on the stack it overflowed a 2 MiB thread in debug builds. A deleted object
+        // also ends the wait; the caller reports it.
+        match self.door {
+            Door::SandboxProcess => {
+                let api = Door::sandbox_processes(&self.client, &self.namespace);
+                let c = move |o: Option<&SandboxProcess>| o.is_none_or(|o| cond(o));
+                Box::pin(await_condition(api, &self.name, c)).await
+            }
+            Door::Process => {
+                let api = Door::served(&self.client, &self.namespace);
+                let c = move |o: Option<&sandbox_api::process::Process>| {
+                    o.is_none_or(|o| cond(&SandboxProcess::from(o.clone())))
+                };
+                let got = Box::pin(await_condition(api, &self.name, c)).await?;
+                Ok(got.map(SandboxProcess::from))
+            }
+        }
     }
 
     /// Waits until the process has ended; how. Phase `Error` (could not run, lost, stale

@@ -8,21 +8,10 @@ use sandbox_api::crd::{SandboxProcess, SandboxProcessStatus, GROUP};
 
 use super::error::{Result, SubresourceError};
 use super::server::Server;
+pub use super::table::Located;
 
 /// How long a request waits for the agent pods' first list (an operator that has just started).
 const LISTED_WAIT: Duration = Duration::from_secs(10);
-
-/// The process a request is about.
-#[derive(Debug)]
-pub struct Located {
-    /// The URL of the agent serving the process's node.
-    pub agent: String,
-    pub exec_id: String,
-    /// The process's pod: the one named, or the one the selector chose.
-    pub pod: String,
-    /// It runs on a terminal (`spec.tty`): only then can it be resized.
-    pub tty: bool,
-}
 
 /// Which resource a request names: the CRD's `sandboxprocesses`, or the `processes` served from
 /// the nodes. Both have the same subresources, checked alike.
@@ -63,13 +52,6 @@ impl Door {
             Door::Process => "process",
         }
     }
-}
-
-/// The replica's table of `processes` ([`Door::Process`]), as the subresources need it: kept by
-/// the processes wing, which sits above this one.
-pub trait ProcessTable: Send + Sync {
-    /// The process `namespace/name`, if this replica serves one by that name.
-    fn locate(&self, namespace: &str, name: &str) -> Option<Located>;
 }
 
 /// Why there is no process to read or signal: not started yet, or never started (the object's

@@ -50,6 +50,7 @@ mod resize;
 mod server;
 mod signal;
 mod stdin;
+mod table;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -62,8 +63,9 @@ use tracing::info;
 
 pub use discovery::{API_GROUP, API_VERSION, PROCESSES_GROUP};
 pub use error::{agent_error, agent_error_for, Result, SubresourceError};
-pub use locate::{Door, Located, ProcessTable};
+pub use locate::Door;
 pub use server::Server;
+pub use table::{Located, ProcessTable};
 
 /// Serves the subresources and `more` (the other groups of this server) on one listener.
 pub async fn run(

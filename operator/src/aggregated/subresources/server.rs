@@ -6,7 +6,7 @@ use tokio::sync::watch;
 
 use super::error::SubresourceError;
 use super::frontproxy::RequestHeaderConfig;
-use super::locate::ProcessTable;
+use super::table::ProcessTable;
 use crate::agent::Agents;
 
 pub struct Server {
