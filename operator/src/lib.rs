@@ -15,6 +15,7 @@
 pub mod agent;
 pub mod aggregated;
 pub mod crdgen;
+pub mod envfrom;
 pub mod lease;
 pub mod memtrim;
 pub mod metrics;

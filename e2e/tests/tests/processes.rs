@@ -257,7 +257,7 @@ async fn bad_input_is_refused_naming_the_field() {
         let cases = [
             (process("neg", "work", json!({"command": ["true"], "timeoutSeconds": -1})), 422, "spec.timeoutSeconds"),
             (process("empty", "work", json!({"command": []})), 422, "spec.command"),
-            (process("ref", "work", json!({"command": ["true"], "env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]})), 422, "spec.env[0].valueFrom"),
+            (process("ref", "work", json!({"command": ["true"], "env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]})), 422, "spec.env: SecretNotFound"),
             (process("Bad_Name", "work", json!({"command": ["true"]})), 422, "metadata.name"),
             (process("nopod", "nosuch", json!({"command": ["true"]})), 404, "pods \"nosuch\" not found"),
             (process("noctr", "work", json!({"command": ["true"], "container": "nope"})), 400, "container nope"),
@@ -584,6 +584,81 @@ async fn a_process_has_the_subresources_of_a_sandbox_process() {
         ensure!(
             format!("{e:#}").contains("processes.processes.sandbox.dev \"nope\" not found"),
             "{e:#}"
+        );
+        Ok(())
+    })
+    .await;
+}
+
+/// `env[].valueFrom`: the value read from a Secret when the caller may read it (a
+/// SubjectAccessReview before anything is read), never in the object; refused naming the
+/// Secret and the field for a caller who may exec into the pod but not read the Secret.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suite"]
+async fn env_from_a_secret_needs_get_on_it_and_stays_out_of_the_object() {
+    with_ns("proc-env", |t| async move {
+        t.pods([pod("work", None)]).await?;
+        t.kubectl(&[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=token=s3cr3t-v4lue",
+        ])
+        .await?;
+        t.kubectl(&["create", "configmap", "conf", "--from-literal=mode=fast"])
+            .await?;
+        let env = json!([
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+            {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "conf", "key": "mode"}}},
+        ]);
+        let spec = sh("echo $TOKEN $MODE", json!({"env": env}));
+        t.create_proc(process("reads", "work", spec.clone()))
+            .await?;
+        let done = t
+            .until_proc("reads", 60, "exit", |o| {
+                text(o, "/status/phase") == "Exited"
+            })
+            .await?;
+        assert_eq!(text(&done, "/status/output/tail"), "s3cr3t-v4lue fast\n");
+        // The tail is the process's own output; the object itself holds the reference only.
+        let mut o = serde_json::to_value(&done)?;
+        o["status"]["output"] = json!(null);
+        ensure!(
+            !o.to_string().contains("s3cr3t"),
+            "the value in the object: {o}"
+        );
+        // May exec into the pod, may not read the Secret: refused before anything is read.
+        t.kubectl(&[
+            "create",
+            "role",
+            "execer",
+            "--verb=create,get",
+            "--resource=pods/exec,processes.processes.sandbox.dev",
+        ])
+        .await?;
+        t.kubectl(&[
+            "create",
+            "rolebinding",
+            "execer",
+            "--role=execer",
+            "--user=eve",
+        ])
+        .await?;
+        let eve = t.as_user("eve").await?;
+        let e = eve
+            .create_proc(process("steal", "work", spec))
+            .await
+            .unwrap_err();
+        let (code, _, message) = kube_status(&e).context("an API status")?;
+        assert_eq!(code, 403, "{message}");
+        ensure!(
+            message.contains("secrets \"creds\"") && message.contains("spec.env[0].valueFrom"),
+            "{message}"
+        );
+        ensure!(
+            t.procs().get_opt("steal").await?.is_none(),
+            "created although refused"
         );
         Ok(())
     })

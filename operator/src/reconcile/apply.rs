@@ -18,10 +18,10 @@ use sandbox_api::wire::StartRequest;
 use tracing::{debug, info};
 
 use crate::agent::Anywhere;
+use crate::envfrom;
 use crate::pod;
 use crate::reconcile::act::Actor;
 use crate::reconcile::context::{now, ttl_requeue, Context, OUTPUT_REFRESH, PENDING_RECHECK};
-use crate::reconcile::envfrom;
 use crate::reconcile::error::Error;
 use crate::reconcile::memo::CachedCopy;
 use crate::reconcile::writer;

@@ -1,6 +1,6 @@
 //! The reconcile wing: the controller ([`controller`]) and what one reconcile does to one
 //! SandboxProcess: read the object as cached ([`cache`], [`watched`]) and its pod ([`pod`],
-//! [`envfrom`]), decide ([`apply`], [`cleanup`]), act on its node's agent once ([`act`], with
+//! [`crate::envfrom`], on the floor: the process API reads them too), decide ([`apply`], [`cleanup`]), act on its node's agent once ([`act`], with
 //! what is remembered per object in [`memo`]), compute the status, pure ([`crate::status`], on the floor: the process API computes it too), and write
 //! it ([`writer`]). [`context`] is what every reconcile shares; [`error`] its one error type.
 //! Below it: [`crate::agent`] (the nodes) and the floor.
@@ -10,7 +10,6 @@ pub mod cache;
 pub mod cleanup;
 pub mod context;
 pub mod controller;
-pub mod envfrom;
 pub mod error;
 pub mod memo;
 pub mod watched;

@@ -22,9 +22,10 @@ use super::read::not_found;
 use super::store::Entry;
 use super::strict::unknown_fields;
 use super::{Api, GROUP, GROUP_VERSION, KIND};
-use crate::aggregated::subresources::authorization::{authorize_exec_for, caller};
+use crate::aggregated::subresources::authorization::{authorize_exec_for, authorize_get, caller};
 use crate::aggregated::subresources::tls::Peer;
 use crate::aggregated::subresources::{agent_error_for, Result, SubresourceError};
+use crate::envfrom;
 use crate::pod;
 use crate::status::{ContainerFacts, PodPhase};
 
@@ -211,13 +212,6 @@ fn check(new: &NewProcess, namespace: &str, name: &str) -> Result<()> {
         .map_err(|(field, message)| invalid(name, field, message))?;
     validate::spec(&new.spec)
         .map_err(|v| invalid(name, &format!("spec.{}", v.field), v.message))?;
-    if let Some(i) = new.spec.env.iter().position(|e| e.value_from.is_some()) {
-        return Err(invalid(
-            name,
-            &format!("spec.env[{i}].valueFrom"),
-            "not served on processes yet: give the value, or use a SandboxProcess",
-        ));
-    }
     Ok(())
 }
 
@@ -267,7 +261,8 @@ async fn create_named(
         pod_uid: &pod.1,
         container: &container,
     };
-    let mut req = start_request(&new.spec, target, &BTreeMap::new())
+    let values = env_values(api, user, namespace, name, &new.spec).await?;
+    let mut req = start_request(&new.spec, target, &values)
         .map_err(|v| invalid(name, &format!("spec.{}", v.field), v.message))?;
     req.object = Some(Box::new(object.clone()));
     let req = validate::start(req).map_err(|v| invalid(name, &v.field, v.message))?;
@@ -289,6 +284,40 @@ async fn create_named(
         .get(namespace, name)
         .ok_or_else(|| not_found(name))?;
     Ok(created(StatusCode::CREATED, e.json.to_string()))
+}
+
+/// The values of `env[].valueFrom`, read with the operator's rights once the caller may `get`
+/// each Secret and ConfigMap named (a SubjectAccessReview each, before anything is read). They
+/// go into the start request only: the object keeps the references, and messages name the
+/// variable, the source and the key, never a value.
+async fn env_values(
+    api: &Api,
+    user: &crate::aggregated::subresources::frontproxy::UserInfo,
+    namespace: &str,
+    name: &str,
+    spec: &SandboxProcessSpec,
+) -> Result<BTreeMap<String, String>> {
+    let mut checked = std::collections::HashSet::new();
+    for (i, e) in spec.env.iter().enumerate() {
+        let Some((kind, r)) = e.value_from.as_ref().and_then(|f| f.reference()) else {
+            continue;
+        };
+        let resource = if kind == "Secret" {
+            "secrets"
+        } else {
+            "configmaps"
+        };
+        if checked.insert((resource, r.name.clone())) {
+            let field = format!("spec.env[{i}].valueFrom");
+            authorize_get(&api.server, user, namespace, resource, &r.name, &field).await?;
+        }
+    }
+    envfrom::resolve(&api.server.client, namespace, spec)
+        .await
+        .map_err(|u| match u.reason {
+            "EnvSourceUnreadable" => SubresourceError::Unavailable(u.message),
+            reason => invalid(name, "spec.env", format!("{reason}: {}", u.message)),
+        })
 }
 
 /// A create of a name held: the process, when the spec is the same; else 409.

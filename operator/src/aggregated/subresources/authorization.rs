@@ -86,6 +86,33 @@ async fn require(
 
 /// The right `kubectl exec` needs on the process's pod: a signal can do what `stop` can (end
 /// the process), and changing `stop` needs it (the admission policy), so a signal does too.
+/// `get` on the Secret or ConfigMap (`resource`: `secrets`, `configmaps`) that `field` (an env
+/// variable's `valueFrom`) reads, for the caller: a process reads nothing its creator could not.
+pub(crate) async fn authorize_get(
+    server: &Server,
+    user: &UserInfo,
+    namespace: &str,
+    resource: &str,
+    name: &str,
+    field: &str,
+) -> Result<()> {
+    let attrs = ResourceAttributes {
+        group: Some(String::new()),
+        resource: Some(resource.into()),
+        verb: Some("get".into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    require(server, user, attrs, || {
+        format!(
+            "{resource} \"{name}\" is forbidden: User \"{}\" cannot get resource \"{resource}\" in the namespace \"{namespace}\": {field} reads it, which needs that permission",
+            user.username
+        )
+    })
+    .await
+}
+
 /// The refusal says `act` ("starting a process") needs the right.
 pub(crate) async fn authorize_exec_for(
     server: &Server,
