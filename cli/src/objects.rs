@@ -84,13 +84,30 @@ pub async fn resolve(sb: &Sandbox, arg: &str) -> Result<(Sandbox, String), CliEr
         return Ok((sb.clone().with_door(door), name.to_string()));
     }
     let sbp = sb.clone().with_door(Door::SandboxProcess);
-    if sbp.get(arg).await?.is_none() {
-        let proc = sb.clone().with_door(Door::Process);
-        if let Ok(Some(_)) = proc.get(arg).await {
-            return Ok((proc, arg.to_string()));
-        }
+    let not_here = |e: &sandbox_client::Error| {
+        matches!(
+            e,
+            sandbox_client::Error::Api {
+                code: 403 | 404,
+                ..
+            }
+        )
+    };
+    match sbp.get(arg).await {
+        Ok(Some(_)) => return Ok((sbp, arg.to_string())),
+        Ok(None) => {}
+        // May not read SandboxProcesses here (a tenant of Processes only): look for a Process.
+        Err(e) if not_here(&e) => {}
+        Err(e) => return Err(e.into()),
     }
-    Ok((sbp, arg.to_string()))
+    let proc = sb.clone().with_door(Door::Process);
+    match proc.get(arg).await {
+        Ok(Some(_)) => Ok((proc, arg.to_string())),
+        // Neither: the SandboxProcess's answer (not found) is what the command reports.
+        Ok(None) => Ok((sbp, arg.to_string())),
+        Err(e) if not_here(&e) => Ok((sbp, arg.to_string())),
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub async fn run(sb: &Sandbox, r: Run) -> Result<u8, CliError> {

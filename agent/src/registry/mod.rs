@@ -204,8 +204,9 @@ impl Registry {
 
     /// Stores `rec` if newer than what we have, and tells watchers.
     fn upsert(&self, mut rec: ProcessRecord) {
-        self.lay_object_over(&mut rec);
         let mut map = self.records.lock().unwrap();
+        // Under the records' lock: a changed object stored meanwhile is laid over this one.
+        self.lay_object_over(&mut rec);
         if let Some(old) = map.get(&rec.exec_id) {
             // A lost-marking by the agent carries the supervisor's last revision + 1; older
             // supervisor writes arriving late must not undo a final record.

@@ -22,6 +22,7 @@ impl Registry {
         sandbox_wire::wire_rules::object(&object)?;
         let lock = self.lock_for(id);
         let _one_at_a_time = lock.lock().await;
+        // One at a time with a start and a forget of the same process (they take this lock too).
         let rec = self.get(id)?;
         let eid = ExecId::parse(id)?;
         let Some(current) = rec.object.as_deref() else {
@@ -45,7 +46,14 @@ impl Registry {
             .lock()
             .unwrap()
             .insert(id.to_string(), Box::new(object));
-        self.upsert(rec);
+        // The record current now (a supervisor write since `rec` included) gets the new object.
+        match self.get(id) {
+            Ok(now) => self.upsert(now),
+            Err(e) => {
+                self.objects.lock().unwrap().remove(id);
+                return Err(e);
+            }
+        }
         self.get(id)
     }
 

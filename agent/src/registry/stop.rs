@@ -55,6 +55,10 @@ impl Registry {
 
     /// Stops the process if it runs (stop sequence), waits for its end, then deletes everything.
     pub async fn forget(&self, id: &str) -> Result<(), AgentError> {
+        // Not while its object is being changed ([`Registry::set_object`]): that would store its
+        // record again after it was forgotten.
+        let lock = self.lock_for(id);
+        let _one_at_a_time = lock.lock().await;
         let rec = self.get(id)?;
         let id = ExecId::parse(id)?;
         if !rec.is_final() {

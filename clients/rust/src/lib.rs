@@ -192,9 +192,15 @@ impl Sandbox {
                         failures += 1;
                         tokio::time::sleep(Duration::from_millis(200 * u64::from(failures))).await;
                     }
+                    // A Process's create also answers 409 for other refusals (no pod matches
+                    // the selector, the agent's refusals): only AlreadyExists is the name.
                     Error::Api {
-                        code: 409, message, ..
-                    } => return Err(Error::IdInUse { name, message }),
+                        code: 409,
+                        message,
+                        reason,
+                    } if self.door == Door::SandboxProcess || reason == "AlreadyExists" => {
+                        return Err(Error::IdInUse { name, message })
+                    }
                     Error::Api {
                         code: 422, message, ..
                     } if message.contains("immutable") => {

@@ -101,7 +101,10 @@ class Sandbox:
                     failures += 1
                     time.sleep(0.2 * failures)
                     continue
-                if err.status == 409 or (err.status == 422 and "immutable" in str(err)):
+                # A Process's create also answers 409 for other refusals (no pod matches the
+                # selector, the agent's): only AlreadyExists is the name.
+                held = err.status == 409 and (self.door != PROCESS or err.reason == "AlreadyExists")
+                if held or (err.status == 422 and "immutable" in str(err)):
                     raise IdInUse(
                         f"{self.singular} {name} already exists with a different spec: {err}"
                     ) from None

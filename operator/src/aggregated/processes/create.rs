@@ -113,13 +113,13 @@ pub async fn create(
 
 /// A name being created on this replica, released when dropped: also when the client goes
 /// away mid-create and the handler is dropped at an await.
-struct Creating<'a> {
+pub(super) struct Creating<'a> {
     api: &'a Api,
     key: (String, String),
 }
 
 impl<'a> Creating<'a> {
-    async fn take(api: &'a Api, key: (String, String)) -> Creating<'a> {
+    pub(super) async fn take(api: &'a Api, key: (String, String)) -> Creating<'a> {
         while !api.creating.lock().unwrap().insert(key.clone()) {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
@@ -225,7 +225,7 @@ async fn create_named(
     let spec_json =
         serde_json::to_value(&new.spec).map_err(|e| SubresourceError::Internal(e.to_string()))?;
     if let Some(e) = api.store.get(namespace, name) {
-        return same_or_conflict(&e, &spec_json, name);
+        return same_or_conflict(api, user, &e, &spec_json).await;
     }
     let live = api.store.live_in(namespace);
     if live >= api.per_namespace {
@@ -243,7 +243,7 @@ async fn create_named(
     known_on(api, &url, &node).await?;
     if let Some(e) = api.store.get(namespace, name) {
         // Made before this replica knew the node (a create retried across a failover).
-        return same_or_conflict(&e, &spec_json, name);
+        return same_or_conflict(api, user, &e, &spec_json).await;
     }
     let exec_id = uid()?;
     let object = ProcessObject {
@@ -315,14 +315,29 @@ async fn env_values(
     envfrom::resolve(&api.server.client, namespace, spec)
         .await
         .map_err(|u| match u.reason {
-            "EnvSourceUnreadable" => SubresourceError::Unavailable(u.message),
+            "EnvSourceUnreadable" => {
+                // The API error is the operator's (its account, its rights): logged, not told.
+                tracing::warn!(%namespace, %name, error = %u.message, "reading an env source");
+                SubresourceError::Unavailable(
+                    "spec.env: a Secret or ConfigMap could not be read now; try again".into(),
+                )
+            }
             reason => invalid(name, "spec.env", format!("{reason}: {}", u.message)),
         })
 }
 
-/// A create of a name held: the process, when the spec is the same; else 409.
-fn same_or_conflict(e: &Entry, spec: &serde_json::Value, name: &str) -> Result<Response> {
+/// A create of a name held: the process, when the spec is the same (to a caller who could have
+/// created it: `create pods/exec` on its pod, as for a new one); else 409.
+async fn same_or_conflict(
+    api: &Api,
+    user: &crate::aggregated::subresources::frontproxy::UserInfo,
+    e: &Entry,
+    spec: &serde_json::Value,
+) -> Result<Response> {
+    let name = e.name.as_str();
     if &e.spec == spec {
+        let (ns, pod) = (&e.namespace, &e.columns.pod);
+        authorize_exec_for(&api.server, user, ns, pod, "starting a process").await?;
         return Ok(created(StatusCode::OK, e.json.to_string()));
     }
     Err(SubresourceError::AlreadyExists(format!(

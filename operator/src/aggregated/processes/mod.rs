@@ -53,10 +53,9 @@ pub struct Api {
     pub store: Arc<Store>,
     /// Most live (not ended) processes per namespace (`--processes-per-namespace`).
     pub per_namespace: usize,
-    /// Names being created on this replica: a second create of one waits for the first.
+    /// Names being created or patched on this replica: a second write of one waits for the
+    /// first (and reads what it wrote); writes of other names go on.
     creating: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
-    /// Patches on this replica, one at a time (each reads what the one before wrote).
-    patching: tokio::sync::Mutex<()>,
 }
 
 impl Api {
@@ -66,7 +65,6 @@ impl Api {
             store,
             per_namespace,
             creating: Default::default(),
-            patching: Default::default(),
         })
     }
 }

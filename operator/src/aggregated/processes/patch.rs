@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tracing::info;
 
-use super::create::invalid;
+use super::create::{invalid, Creating};
 use super::read::not_found;
 use super::store::Entry;
 use super::{known, Api, GROUP_VERSION, KIND};
@@ -67,8 +67,8 @@ pub async fn patch(
         ));
     }
     known(&api).await?;
-    // Patches on this replica go one at a time: each reads what the one before it wrote.
-    let _one = api.patching.lock().await;
+    // Writes of one name on this replica go one at a time: each reads what the one before wrote.
+    let _held = Creating::take(&api, (namespace.clone(), name.clone())).await;
     let e = api
         .store
         .get(&namespace, &name)
@@ -87,6 +87,7 @@ pub async fn patch(
         .ok_or_else(|| SubresourceError::Internal("no object to patch".into()))?;
     object.labels = labels;
     object.annotations = annotations;
+    sandbox_api::wire_rules::object(&object).map_err(|v| invalid(&name, &v.field, v.message))?;
     let rec = api
         .server
         .agents
@@ -94,14 +95,31 @@ pub async fn patch(
         .set_object(&e.agent, &e.exec_id, &object)
         .await
         .map_err(|err| agent_error_for(err, "process", &name))?;
-    api.store.upsert(&e.agent, &rec);
     info!(%namespace, %name, user = %user.username, "process labels or annotations changed");
-    let now = api
-        .store
-        .get(&namespace, &name)
-        .ok_or_else(|| not_found(&name))?;
-    Ok(json_response(&now.json))
+    // The change comes through this replica's watch of the agent too, after every older record
+    // the watch still carries: answered once it is there, no older record reverts it later.
+    let deadline = tokio::time::Instant::now() + WATCHED_WITHIN;
+    loop {
+        if let Some(now) = api.store.get(&namespace, &name) {
+            if now.labels == object.labels && now.annotations == object.annotations {
+                return Ok(json_response(&now.json));
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            // The watch is behind (or cut): the agent's answer, taken as is.
+            api.store.upsert(&e.agent, &rec);
+            let now = api
+                .store
+                .get(&namespace, &name)
+                .ok_or_else(|| not_found(&name))?;
+            return Ok(json_response(&now.json));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
+
+/// How long a patch waits for its change to come through the agent's watch.
+const WATCHED_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The object with the patch applied; a patch that does not apply is the client's error.
 fn apply(mut doc: Value, form: Form, body: &[u8]) -> Result<Value> {

@@ -84,8 +84,6 @@ async fn require(
     }
 }
 
-/// The right `kubectl exec` needs on the process's pod: a signal can do what `stop` can (end
-/// the process), and changing `stop` needs it (the admission policy), so a signal does too.
 /// `get` on the Secret or ConfigMap (`resource`: `secrets`, `configmaps`) that `field` (an env
 /// variable's `valueFrom`) reads, for the caller: a process reads nothing its creator could not.
 pub(crate) async fn authorize_get(
@@ -113,6 +111,8 @@ pub(crate) async fn authorize_get(
     .await
 }
 
+/// The right `kubectl exec` needs on the process's pod: a signal can do what `stop` can (end
+/// the process), and changing `stop` needs it (the admission policy), so a signal does too.
 /// The refusal says `act` ("starting a process") needs the right.
 pub(crate) async fn authorize_exec_for(
     server: &Server,
