@@ -577,6 +577,15 @@ async fn a_process_has_the_subresources_of_a_sandbox_process() {
             })
             .await?;
         assert_eq!(text(&done, "/status/exit/signal"), "9", "{:?}", done.data);
+        // A refusal names it as what it is.
+        let e = follow::get_text(&t.client, &at("out", "stdin"))
+            .await
+            .unwrap_err();
+        ensure!(
+            format!("{e:#}")
+                .contains("StdinUnavailable: process \"out\" was created without spec.stdin"),
+            "{e:#}"
+        );
         // No such process: 404 in the resource's words.
         let e = follow::get_text(&t.client, &at("nope", "log"))
             .await

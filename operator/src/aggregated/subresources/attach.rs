@@ -151,11 +151,12 @@ pub async fn attach(
     let proto = protocol(&headers)?;
     let at = authorized_process(&server, &user, door, &namespace, &name, NEEDS).await?;
     if opts.stdin {
-        stdin_open(&server, &at, &name).await?;
+        stdin_open(&server, door, &at, &name).await?;
     }
     if opts.tty == Some(true) && !at.tty {
         return Err(SubresourceError::Conflict(format!(
-            "TerminalUnavailable: sandboxprocess \"{name}\" runs without a terminal (spec.tty)"
+            "TerminalUnavailable: {} \"{name}\" runs without a terminal (spec.tty)",
+            door.singular()
         )));
     }
     let s = session::Session::new(
@@ -175,12 +176,13 @@ pub async fn attach(
 /// An attach that would write stdin is refused up front when stdin was closed (EOF sent) and the
 /// process runs on: its keys would go nowhere. An ended process is attached to (its output and
 /// exit follow); a record that cannot be read now is no reason to refuse.
-async fn stdin_open(server: &Server, at: &Located, name: &str) -> Result<()> {
+async fn stdin_open(server: &Server, door: Door, at: &Located, name: &str) -> Result<()> {
     match server.agents.client.get(&at.agent, &at.exec_id).await {
         Ok(Some(rec)) if !rec.is_final() && rec.stdin.is_some_and(|s| s.closed) => {
             Err(SubresourceError::Conflict(format!(
-                "StdinUnavailable: the stdin of sandboxprocess \"{name}\" is closed (EOF was \
-                 sent); attach without stdin to read its output"
+                "StdinUnavailable: the stdin of {} \"{name}\" is closed (EOF was \
+                 sent); attach without stdin to read its output",
+                door.singular()
             )))
         }
         _ => Ok(()),

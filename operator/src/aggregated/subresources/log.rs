@@ -11,7 +11,7 @@ use sandbox_api::wire::{LogQuery, LogStream};
 use serde::Deserialize;
 
 use super::authorization::{authorized_process, caller, Needs};
-use super::error::{agent_error, Result, SubresourceError};
+use super::error::{agent_error_for, Result, SubresourceError};
 use super::locate::Door;
 use super::relay;
 use super::server::Server;
@@ -99,7 +99,7 @@ pub async fn log(
         .client
         .logs(&at.agent, &at.exec_id, &query)
         .await
-        .map_err(|e| agent_error(e, &name))?;
+        .map_err(|e| agent_error_for(e, door.singular(), &name))?;
     let body = relay::body(
         server.agents.client.clone(),
         at.agent,

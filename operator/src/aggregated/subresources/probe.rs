@@ -6,7 +6,7 @@ use axum::http::HeaderMap;
 use axum::{Extension, Json};
 
 use super::authorization::{authorized_process, caller, Needs};
-use super::error::{agent_error, Result, SubresourceError};
+use super::error::{agent_error_for, Result, SubresourceError};
 use super::locate::Door;
 use super::server::Server;
 use super::tls::Peer;
@@ -45,6 +45,6 @@ pub async fn probe(
         .client
         .probe(&at.agent, &at.exec_id, &p)
         .await
-        .map_err(|e| agent_error(e, &name))?;
+        .map_err(|e| agent_error_for(e, door.singular(), &name))?;
     Ok(Json(r))
 }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use tracing::info;
 
 use super::authorization::{authorized_process, caller, Needs};
-use super::error::{agent_error, Result, SubresourceError};
+use super::error::{agent_error_for, Result, SubresourceError};
 use super::locate::Door;
 use super::server::Server;
 use super::tls::Peer;
@@ -59,22 +59,23 @@ pub async fn resize(
     let size = b.size()?;
     let at = authorized_process(&server, &user, door, &namespace, &name, NEEDS).await?;
     if !at.tty {
-        return Err(no_terminal(&name));
+        return Err(no_terminal(door, &name));
     }
     let size = server
         .agents
         .client
         .resize(&at.agent, &at.exec_id, size)
         .await
-        .map_err(|e| agent_error(e, &name))?;
+        .map_err(|e| agent_error_for(e, door.singular(), &name))?;
     info!(%namespace, %name, user = %user.username, rows = size.rows, cols = size.cols, "terminal resized");
     Ok(Json(size))
 }
 
 /// A process without a terminal has no size to change.
-fn no_terminal(name: &str) -> SubresourceError {
+fn no_terminal(door: Door, name: &str) -> SubresourceError {
     SubresourceError::Conflict(format!(
-        "TerminalUnavailable: sandboxprocess \"{name}\" was created without spec.tty"
+        "TerminalUnavailable: {} \"{name}\" was created without spec.tty",
+        door.singular()
     ))
 }
 
@@ -124,7 +125,7 @@ mod tests {
 
     #[test]
     fn without_a_terminal_the_refusal_names_spec_tty() {
-        match no_terminal("p") {
+        match no_terminal(Door::SandboxProcess, "p") {
             SubresourceError::Conflict(m) => {
                 assert!(m.starts_with("TerminalUnavailable: "), "{m}");
                 assert!(m.contains("spec.tty"), "{m}");

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use tracing::info;
 
 use super::authorization::{authorized_process, caller, Needs};
-use super::error::{agent_error, Result, SubresourceError};
+use super::error::{agent_error_for, Result, SubresourceError};
 use super::locate::Door;
 use super::server::Server;
 use super::tls::Peer;
@@ -75,7 +75,7 @@ pub async fn signal(
         Ask::Signal(n) => client.signal(&at.agent, &at.exec_id, n).await,
         Ask::Stop => client.stop_as_started(&at.agent, &at.exec_id).await,
     };
-    let mut rec = sent.map_err(|e| agent_error(e, &name))?;
+    let mut rec = sent.map_err(|e| agent_error_for(e, door.singular(), &name))?;
     rec.withhold_node();
     info!(%namespace, %name, user = %user.username, ?ask, "signal sent");
     Ok(Json(rec).into_response())

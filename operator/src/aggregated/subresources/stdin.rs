@@ -12,7 +12,7 @@ use sandbox_api::wire::{
 use serde::Deserialize;
 
 use super::authorization::{authorized_process, caller, Needs};
-use super::error::{agent_error, Result, SubresourceError};
+use super::error::{agent_error_for, Result, SubresourceError};
 use super::locate::Door;
 use super::server::Server;
 use super::tls::Peer;
@@ -92,8 +92,9 @@ pub async fn stdin(
     let at = authorized_process(&server, &user, door, &namespace, &name, WRITE_NEEDS).await?;
     if !writer.is_empty() && !at.tty {
         return Err(SubresourceError::Conflict(format!(
-            "TerminalUnavailable: sandboxprocess \"{name}\" runs without a terminal (spec.tty): \
-             writer is for a shared terminal"
+            "TerminalUnavailable: {} \"{name}\" runs without a terminal (spec.tty): \
+             writer is for a shared terminal",
+            door.singular()
         )));
     }
     let who = StdinWriter {
@@ -105,7 +106,7 @@ pub async fn stdin(
         .client
         .stdin(&at.agent, &at.exec_id, offset, body, close, &who)
         .await
-        .map_err(|e| agent_error(e, &name))?;
+        .map_err(|e| agent_error_for(e, door.singular(), &name))?;
     Ok(Json(state))
 }
 
@@ -124,15 +125,17 @@ pub async fn stdin_state(
         .client
         .get(&at.agent, &at.exec_id)
         .await
-        .map_err(|e| agent_error(e, &name))?
+        .map_err(|e| agent_error_for(e, door.singular(), &name))?
         .ok_or_else(|| {
             SubresourceError::NotFound(format!(
-                "the agent holds no process for sandboxprocess \"{name}\""
+                "the agent holds no process for {} \"{name}\"",
+                door.singular()
             ))
         })?;
     rec.stdin.map(Json).ok_or_else(|| {
         SubresourceError::Conflict(format!(
-            "StdinUnavailable: sandboxprocess \"{name}\" was created without spec.stdin"
+            "StdinUnavailable: {} \"{name}\" was created without spec.stdin",
+            door.singular()
         ))
     })
 }
