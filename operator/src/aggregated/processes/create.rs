@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Extension;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
@@ -18,6 +18,7 @@ use sandbox_api::wire::{ProcessObject, ProcessRecord};
 use serde::Deserialize;
 use tracing::info;
 
+use super::object::json_answer;
 use super::read::not_found;
 use super::store::Entry;
 use super::strict::unknown_fields;
@@ -283,7 +284,7 @@ async fn create_named(
         .store
         .get(namespace, name)
         .ok_or_else(|| not_found(name))?;
-    Ok(created(StatusCode::CREATED, e.json.to_string()))
+    Ok(json_answer(StatusCode::CREATED, e.json.to_string()))
 }
 
 /// The values of `env[].valueFrom`, read with the operator's rights once the caller may `get`
@@ -338,7 +339,7 @@ async fn same_or_conflict(
     if &e.spec == spec {
         let (ns, pod) = (&e.namespace, &e.columns.pod);
         authorize_exec_for(&api.server, user, ns, pod, "starting a process").await?;
-        return Ok(created(StatusCode::OK, e.json.to_string()));
+        return Ok(json_answer(StatusCode::OK, e.json.to_string()));
     }
     Err(SubresourceError::AlreadyExists(format!(
         "processes.{GROUP} \"{name}\" already exists (with another spec)"
@@ -361,15 +362,6 @@ async fn known_on(api: &Api, url: &str, node: &str) -> Result<()> {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     Ok(())
-}
-
-fn created(code: StatusCode, json: String) -> Response {
-    (
-        code,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        json,
-    )
-        .into_response()
 }
 
 /// The pod (name, uid), its node and the container: the one named, or the one a selector picks

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Extension;
 use tracing::info;
 
+use super::object::json_answer;
 use super::read::not_found;
 use super::store::Entry;
-use super::{known, Api};
+use super::Api;
 use crate::aggregated::subresources::authorization::caller;
 use crate::aggregated::subresources::tls::Peer;
 use crate::aggregated::subresources::{agent_error_for, Result, SubresourceError};
@@ -41,7 +42,7 @@ pub async fn delete(
             "dryRun: not supported by processes (a delete stops the process)".into(),
         ));
     }
-    known(&api).await?;
+    api.server.all_known().await?;
     let e = api
         .store
         .get(&namespace, &name)
@@ -56,7 +57,7 @@ pub async fn delete(
         // Nothing left to stop: its node is no longer in the cluster (as a SandboxProcess's).
         api.store.remove(&e.exec_id);
         info!(%namespace, %name, user = %user.username, node = %e.columns.node, "process deleted; its node is gone");
-        return Ok(gone_response(&e));
+        return Ok(json_answer(axum::http::StatusCode::OK, e.json.to_string()));
     }
     api.server
         .agents
@@ -66,15 +67,7 @@ pub async fn delete(
         .map_err(|err| agent_error_for(err, "process", &name))?;
     api.store.remove(&e.exec_id);
     info!(%namespace, %name, user = %user.username, "process deleted");
-    Ok(gone_response(&e))
-}
-
-fn gone_response(e: &Entry) -> Response {
-    (
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        e.json.to_string(),
-    )
-        .into_response()
+    Ok(json_answer(axum::http::StatusCode::OK, e.json.to_string()))
 }
 
 /// Whether no agent serves the process's node and the node object is gone too.

@@ -39,8 +39,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
+use super::subresources::Server;
 pub use super::subresources::PROCESSES_GROUP as GROUP;
-use super::subresources::{Server, SubresourceError};
 pub use store::Store;
 
 pub const VERSION: &str = "v1alpha1";
@@ -67,11 +67,6 @@ impl Api {
             creating: Default::default(),
         })
     }
-}
-
-/// Waits until this replica knows every agent's records ([`Server::all_known`]).
-async fn known(api: &Api) -> Result<(), SubresourceError> {
-    api.server.all_known().await
 }
 
 pub fn router(api: Arc<Api>) -> Router {

@@ -185,6 +185,17 @@ fn age(created: &str) -> String {
     }
 }
 
+/// An answer of JSON `body` (an object, a list, a Table) with `code`: every handler's.
+pub fn json_answer(code: axum::http::StatusCode, body: String) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        code,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,16 +7,17 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Extension;
 use serde::Deserialize;
 use serde_json::Value;
 use tracing::info;
 
 use super::create::{invalid, Creating};
+use super::object::json_answer;
 use super::read::not_found;
 use super::store::Entry;
-use super::{known, Api, GROUP_VERSION, KIND};
+use super::{Api, GROUP_VERSION, KIND};
 use crate::aggregated::subresources::authorization::caller;
 use crate::aggregated::subresources::tls::Peer;
 use crate::aggregated::subresources::{agent_error_for, Result, SubresourceError};
@@ -66,7 +67,7 @@ pub async fn patch(
             "dryRun: not supported by processes".into(),
         ));
     }
-    known(&api).await?;
+    api.server.all_known().await?;
     // Writes of one name on this replica go one at a time: each reads what the one before wrote.
     let _held = Creating::take(&api, (namespace.clone(), name.clone())).await;
     let e = api
@@ -75,11 +76,11 @@ pub async fn patch(
         .ok_or_else(|| not_found(&name))?;
     let current: Value =
         serde_json::from_str(&e.json).map_err(|err| SubresourceError::Internal(err.to_string()))?;
-    let patched = apply(current, form, &body)?;
+    let patched = apply(current.clone(), form, &body)?;
     let strict = q.field_validation.as_deref() == Some("Strict");
-    let (labels, annotations) = changed_metadata(&e, &patched, strict)?;
+    let (labels, annotations) = changed_metadata(&e, &current, &patched, strict)?;
     if labels == e.labels && annotations == e.annotations {
-        return Ok(json_response(&e.json));
+        return Ok(json_answer(StatusCode::OK, e.json.to_string()));
     }
     let mut object = e
         .stand_in()
@@ -102,7 +103,7 @@ pub async fn patch(
     loop {
         if let Some(now) = api.store.get(&namespace, &name) {
             if now.labels == object.labels && now.annotations == object.annotations {
-                return Ok(json_response(&now.json));
+                return Ok(json_answer(StatusCode::OK, now.json.to_string()));
             }
         }
         if tokio::time::Instant::now() >= deadline {
@@ -112,7 +113,7 @@ pub async fn patch(
                 .store
                 .get(&namespace, &name)
                 .ok_or_else(|| not_found(&name))?;
-            return Ok(json_response(&now.json));
+            return Ok(json_answer(StatusCode::OK, now.json.to_string()));
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
@@ -145,7 +146,7 @@ type Meta = (BTreeMap<String, String>, BTreeMap<String, String>);
 
 /// The labels and annotations of the patched object, once everything else in it is found as it
 /// was (the status is the server's and ignored, as the API server ignores it on the object).
-fn changed_metadata(e: &Entry, patched: &Value, strict: bool) -> Result<Meta> {
+fn changed_metadata(e: &Entry, current: &Value, patched: &Value, strict: bool) -> Result<Meta> {
     let name = e.name.as_str();
     if patched.get("apiVersion").and_then(Value::as_str) != Some(GROUP_VERSION)
         || patched.get("kind").and_then(Value::as_str) != Some(KIND)
@@ -154,8 +155,6 @@ fn changed_metadata(e: &Entry, patched: &Value, strict: bool) -> Result<Meta> {
             "apiVersion and kind: a patch cannot change them ({GROUP_VERSION}, {KIND})"
         )));
     }
-    let current: Value =
-        serde_json::from_str(&e.json).map_err(|err| SubresourceError::Internal(err.to_string()))?;
     let meta = &patched["metadata"];
     for field in [
         "name",
@@ -214,15 +213,6 @@ fn changed_metadata(e: &Entry, patched: &Value, strict: bool) -> Result<Meta> {
     sandbox_api::names::object_meta(&labels, &annotations)
         .map_err(|(field, message)| invalid(name, field, message))?;
     Ok((labels, annotations))
-}
-
-fn json_response(json: &str) -> Response {
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        json.to_string(),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

@@ -13,11 +13,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::object::{column_definitions, row};
+use super::object::{column_definitions, json_answer, row};
 use super::select::{Selector, Subject};
 use super::store::{Change, Entry, Kind, Since};
 use super::version::Asked;
-use super::{known, Api, GROUP, GROUP_VERSION, KIND};
+use super::{Api, GROUP, GROUP_VERSION, KIND};
 use crate::aggregated::subresources::authorization::caller;
 use crate::aggregated::subresources::tls::Peer;
 use crate::aggregated::subresources::{Result, SubresourceError};
@@ -102,17 +102,20 @@ pub async fn get_one(
     Query(p): Query<ListParams>,
 ) -> Result<Response> {
     caller(&api.server, &peer, &headers)?;
-    known(&api).await?;
+    api.server.all_known().await?;
     let e = api
         .store
         .get(&namespace, &name)
         .ok_or_else(|| not_found(&name))?;
     Ok(match shape(&headers, &p) {
-        Shape::Objects => json_response(e.json.to_string()),
-        Shape::Metadata => json_response(metadata_only(&e.json).to_string()),
+        Shape::Objects => json_answer(axum::http::StatusCode::OK, e.json.to_string()),
+        Shape::Metadata => json_answer(
+            axum::http::StatusCode::OK,
+            metadata_only(&e.json).to_string(),
+        ),
         Shape::Table { whole } => {
             let t = table([&*e], &e.rv.to_string(), whole, true);
-            json_response(t.to_string())
+            json_answer(axum::http::StatusCode::OK, t.to_string())
         }
     })
 }
@@ -129,7 +132,7 @@ pub async fn list(
     Query(p): Query<ListParams>,
 ) -> Result<Response> {
     caller(&api.server, &peer, &headers)?;
-    known(&api).await?;
+    api.server.all_known().await?;
     serve(&api, Some(namespace), &headers, &p)
 }
 
@@ -140,7 +143,7 @@ pub async fn list_all(
     Query(p): Query<ListParams>,
 ) -> Result<Response> {
     caller(&api.server, &peer, &headers)?;
-    known(&api).await?;
+    api.server.all_known().await?;
     serve(&api, None, &headers, &p)
 }
 
@@ -201,9 +204,10 @@ fn serve(
                 out.push_str(&e.json);
             }
             out.push_str("]}");
-            json_response(out)
+            json_answer(axum::http::StatusCode::OK, out)
         }
-        Shape::Table { whole } => json_response(
+        Shape::Table { whole } => json_answer(
+            axum::http::StatusCode::OK,
             table(items.iter().map(|e| &**e), &rv.to_string(), whole, true).to_string(),
         ),
         Shape::Metadata => {
@@ -212,13 +216,9 @@ fn serve(
                 "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
                 "metadata": {"resourceVersion": rv.to_string()}, "items": items,
             });
-            json_response(list.to_string())
+            json_answer(axum::http::StatusCode::OK, list.to_string())
         }
     })
-}
-
-fn json_response(body: String) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// A `meta.k8s.io/v1` Table of `items` (the list's resourceVersion on the table, or

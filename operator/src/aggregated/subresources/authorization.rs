@@ -94,14 +94,7 @@ pub(crate) async fn authorize_get(
     name: &str,
     field: &str,
 ) -> Result<()> {
-    let attrs = ResourceAttributes {
-        group: Some(String::new()),
-        resource: Some(resource.into()),
-        verb: Some("get".into()),
-        namespace: Some(namespace.into()),
-        name: Some(name.into()),
-        ..Default::default()
-    };
+    let attrs = attributes("", resource, None, "get", namespace, name);
     require(server, user, attrs, || {
         format!(
             "{resource} \"{name}\" is forbidden: User \"{}\" cannot get resource \"{resource}\" in the namespace \"{namespace}\": {field} reads it, which needs that permission",
@@ -121,15 +114,7 @@ pub(crate) async fn authorize_exec_for(
     pod: &str,
     act: &str,
 ) -> Result<()> {
-    let attrs = ResourceAttributes {
-        group: Some(String::new()),
-        resource: Some("pods".into()),
-        subresource: Some("exec".into()),
-        verb: Some("create".into()),
-        namespace: Some(namespace.into()),
-        name: Some(pod.into()),
-        ..Default::default()
-    };
+    let attrs = attributes("", "pods", Some("exec"), "create", namespace, pod);
     require(server, user, attrs, || {
         format!(
             "pods \"{pod}\" is forbidden: User \"{}\" cannot create resource \"pods/exec\" in the namespace \"{namespace}\": {act} needs the same permission as kubectl exec on its pod",
@@ -149,14 +134,7 @@ async fn authorize(
     name: &str,
 ) -> Result<()> {
     let (group, resource) = (door.group(), door.resource());
-    let attrs = ResourceAttributes {
-        group: Some(group.into()),
-        resource: Some(resource.into()),
-        verb: Some(verb.into()),
-        namespace: Some(namespace.into()),
-        name: Some(name.into()),
-        ..Default::default()
-    };
+    let attrs = attributes(group, resource, None, verb, namespace, name);
     require(server, user, attrs, || {
         format!(
             "{resource}.{group} \"{name}\" is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" in the namespace \"{namespace}\"",
@@ -164,4 +142,25 @@ async fn authorize(
         )
     })
     .await
+}
+
+/// What a SubjectAccessReview asks: `verb` on `resource[/subresource]` `name` in `group` and
+/// `namespace`.
+fn attributes(
+    group: &str,
+    resource: &str,
+    subresource: Option<&str>,
+    verb: &str,
+    namespace: &str,
+    name: &str,
+) -> ResourceAttributes {
+    ResourceAttributes {
+        group: Some(group.into()),
+        resource: Some(resource.into()),
+        subresource: subresource.map(Into::into),
+        verb: Some(verb.into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        ..Default::default()
+    }
 }

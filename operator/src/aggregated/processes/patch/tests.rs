@@ -30,8 +30,8 @@ fn entry(labels: &[(&str, &str)]) -> Arc<Entry> {
 
 fn patched(e: &Entry, form: Form, body: Value) -> Result<Meta> {
     let doc: Value = serde_json::from_str(&e.json).unwrap();
-    let doc = apply(doc, form, body.to_string().as_bytes())?;
-    changed_metadata(e, &doc, true)
+    let patched = apply(doc.clone(), form, body.to_string().as_bytes())?;
+    changed_metadata(e, &doc, &patched, true)
 }
 
 fn message(r: Result<Meta>) -> String {
