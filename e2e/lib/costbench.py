@@ -247,8 +247,8 @@ def run_processes(a, pods):
 
 
 def run_sandboxprocesses(a, pods, finalizer):
-    """SandboxProcesses; with `finalizer`, the manifests carry the operator's finalizer as the
-    clients send it"""
+    """SandboxProcesses as the clients send them (no finalizer: the operator adds it to a process
+    it shows running); with `finalizer`, manifests that carry it (a GitOps repository may)"""
     run_objects(a, pods, "sandboxprocesses", lambda i, pod: sbp_doc(f"c-{i}", pod, a.cmd, finalizer))
 
 
@@ -371,7 +371,7 @@ def api_per_process(phase, idle, n, key):
 
 
 def report(a, R):
-    names = ["SandboxProcess (manifest)", "SandboxProcess (client)", "Process (from the nodes)", "kubectl exec",
+    names = ["SandboxProcess", "SandboxProcess (finalizer in the manifest)", "Process (from the nodes)", "kubectl exec",
              "runc exec"]
     kinds = ["sbp", "sbp-client", "proc", "exec", "runc"]
     cpu = [per_process(R[k], R["idle"], a.n, k) for k in kinds]
@@ -387,8 +387,8 @@ def report(a, R):
     for r in CLIENT_ROWS:
         if any(r in c for c in cpu):
             print(f"| _{r}, not in the total_ | " + " | ".join(f"{c.get(r, 0) * 1000:.2f}" if r in c else "-" for c in cpu) + " |")
-    print(f"\nSandboxProcess / kubectl exec: **{tot[0] / tot[3]:.2f}×** (manifest), **{tot[1] / tot[3]:.2f}×** "
-          f"(client); Process / kubectl exec: **{tot[2] / tot[3]:.2f}×**; SandboxProcess / runc exec: "
+    print(f"\nSandboxProcess / kubectl exec: **{tot[0] / tot[3]:.2f}×**, **{tot[1] / tot[3]:.2f}×** "
+          f"(finalizer in the manifest); Process / kubectl exec: **{tot[2] / tot[3]:.2f}×**; SandboxProcess / runc exec: "
           f"{tot[0] / tot[4]:.1f}×, {tot[1] / tot[4]:.1f}×; Process / runc exec: {tot[2] / tot[4]:.1f}×; "
           f"kubectl exec / runc exec: {tot[3] / tot[4]:.1f}×")
     print("\n| API per process | " + " | ".join(names[:4]) + " |\n|---|---:|---:|---:|---:|")

@@ -4,8 +4,10 @@
 # operator_faults.rs) through the same commands:
 #   operator-hooks.sh start-agent        the agent (CRI lookup against node 1's containerd) on
 #                                        127.0.0.1:$SPO_AGENT_PORT; waits for /healthz
-#   operator-hooks.sh start-operator     the operator (admin kubeconfig, --agent-url); waits for
-#                                        /readyz (leader and controller running)
+#   operator-hooks.sh start-operator [S] the operator (admin kubeconfig, --agent-url, an orphan
+#                                        sweep every S seconds, default 2); waits for /readyz
+#                                        (leader and controller running)
+#   operator-hooks.sh stop-operator      SIGTERM to the operator (SIGKILL after 5 s): none is up
 #   operator-hooks.sh restart-operator   SIGKILL, gone, then start-operator (a crash mid-run)
 #   operator-hooks.sh stop               SIGTERM to both (SIGKILL after 5 s)
 # From the suite's environment: SPO_OPERATOR_WORK (the work dir: token, state, logs and the pid
@@ -51,7 +53,7 @@ start_operator() {
   "$target/debug/sandbox-operator" --agent-url "http://127.0.0.1:$port" \
     --agent-token-file "$work/token" --namespace spo-operator \
     --metrics-addr "127.0.0.1:$metrics_port" --agent-grace-seconds 10 \
-    --lease-duration-seconds 6 --orphan-sweep-seconds 2 </dev/null >>"$work/operator.log" 2>&1 &
+    --lease-duration-seconds 6 --orphan-sweep-seconds "${1:-2}" </dev/null >>"$work/operator.log" 2>&1 &
   echo $! >"$work/operator.pid"
   up "http://127.0.0.1:$metrics_port/readyz" 20
 }
@@ -59,14 +61,15 @@ start_operator() {
 kill_operator() {
   local op
   op=$(cat "$work/operator.pid")
-  kill -9 "$op"
+  kill -9 "$op" 2>/dev/null || true
   while kill -0 "$op" 2>/dev/null; do sleep 0.1; done
 }
 
 case ${1:-} in
   start-agent) start_agent ;;
-  start-operator) start_operator ;;
+  start-operator) start_operator "${2:-2}" ;;
+  stop-operator) stop_pid "$work/operator.pid" ;;
   restart-operator) kill_operator; start_operator ;;
   stop) stop_pid "$work/operator.pid"; stop_pid "$work/agent.pid" ;;
-  *) echo "usage: $0 start-agent|start-operator|restart-operator|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 start-agent|start-operator [SWEEP_SECONDS]|stop-operator|restart-operator|stop" >&2; exit 2 ;;
 esac

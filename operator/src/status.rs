@@ -407,7 +407,7 @@ use conditions::*;
 pub use conditions::{transitions, Note};
 use not_started::*;
 pub use not_started::{start_deadline_left, start_refusal};
-pub use plan::{plan, refreshes, with_output, Held, Write, LAUNCH_HOLD, START_SETTLE};
+pub use plan::{plan, refreshes, with_output, Write, LAUNCH_HOLD};
 use record::*;
 pub use withheld::{printable, refuses_content, withheld};
 

@@ -8,7 +8,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::os::fd::AsFd;
+
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::unistd::pipe2;
 use sandbox_wire::wire::{ErrorCode, Phase};
 
@@ -37,6 +40,10 @@ struct OutputPipes {
     read: [OwnedFd; 2],
     write: [OwnedFd; 2],
 }
+
+/// How long a just-started process's first report waits for its tree to end: a short command
+/// is then reported once, final; a long one is reported Running this much later.
+const EARLY_END: Duration = Duration::from_millis(10);
 
 impl Supervisor {
     /// `Ok(false)` when the process could not be started (the record says why, final).
@@ -279,9 +286,38 @@ impl Supervisor {
             .timeout_seconds
             .and_then(|t| after(now, t));
         self.start_readiness(now)?;
+        // A process whose whole tree ends at once (a `true`) is reported once, final, moments
+        // later: the start's answer is its result and the operator writes one status for it
+        // (docs/writes.md), not Running and then the end.
+        if self.ended_at_once()? {
+            return Ok(());
+        }
         // Not fsynced: after a node crash the process is gone anyway and the record says Lost.
         self.save(false)?;
         Ok(())
+    }
+
+    /// Whether the process's tree has ended within [`EARLY_END`] of the runtime's return. The
+    /// wait ends at the root's exit (SIGCHLD), so a short command costs nothing; one whose root
+    /// left children behind is not waited for.
+    fn ended_at_once(&mut self) -> Result<bool> {
+        let until = Instant::now() + EARLY_END;
+        loop {
+            self.reap();
+            self.check_tree()?;
+            let left = until.saturating_duration_since(Instant::now());
+            if self.tree_done() || self.exit.is_some() || left.is_zero() {
+                return Ok(self.tree_done());
+            }
+            let ms = u16::try_from(left.as_millis() + 1).unwrap_or(u16::MAX);
+            let mut fds = [PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            // Reaps, and a stop asked for meanwhile is acted on, not lost.
+            self.on_signals();
+        }
     }
 
     /// The environment may hold Secret values (`env[].valueFrom`): once runc has read it, nothing

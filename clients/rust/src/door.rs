@@ -132,10 +132,6 @@ impl Door {
     ) -> std::result::Result<(), kube::Error> {
         manifest["apiVersion"] = "processes.sandbox.dev/v1alpha1".into();
         manifest["kind"] = "Process".into();
-        if let Some(meta) = manifest["metadata"].as_object_mut() {
-            // A Process has no finalizer: its node's agent holds it.
-            meta.remove("finalizers");
-        }
         let p: Served = serde_json::from_value(manifest).map_err(kube::Error::SerdeError)?;
         Self::served(client, namespace)
             .create(&PostParams::default(), &p)

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sandbox_api::crd::{
-    EnvVar, ReadinessSpec, RestartPolicy, SecurityContextSpec, API_VERSION, FINALIZER, KIND,
+    EnvVar, ReadinessSpec, RestartPolicy, SecurityContextSpec, API_VERSION, KIND,
 };
 use sandbox_api::wire::MAX_SUPPLEMENTAL_GROUPS;
 use serde_json::{json, Value};
@@ -255,8 +255,8 @@ impl Start {
         if !self.restart_policy.is_never() {
             spec["restartPolicy"] = restart_policy(self.restart_policy, self.stdin, self.tty)?;
         }
-        // The operator's finalizer, sent at create: it spares the operator a write per process.
-        let mut meta = json!({"name": name, "namespace": namespace, "finalizers": [FINALIZER]});
+        // No finalizer: the operator adds it to a process it shows running (docs/writes.md).
+        let mut meta = json!({"name": name, "namespace": namespace});
         if !self.labels.is_empty() {
             meta["labels"] = serde_json::to_value(&self.labels).expect("labels serialize");
         }
@@ -336,7 +336,7 @@ mod tests {
         assert_eq!(
             m,
             json!({"apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",
-                "metadata": {"name": "p1", "namespace": "ns", "finalizers": ["sandbox.dev/process"]},
+                "metadata": {"name": "p1", "namespace": "ns"},
                 "spec": {"podName": "web", "command": ["sh", "-c", "echo hi"]}})
         );
         let s = Start::new("web", ["x"])
@@ -423,15 +423,15 @@ mod tests {
         }
     }
 
-    /// clients/conformance/create.json: the metadata every start sends (the operator's
-    /// finalizer, which is `sandbox_api::crd::FINALIZER`).
+    /// clients/conformance/create.json: the metadata every start sends (no finalizer: not
+    /// even `sandbox_api::crd::FINALIZER`, which the operator adds itself when it must).
     #[test]
     fn conformance_create() {
         let doc: Value = serde_json::from_str(include_str!("../../conformance/create.json"))
             .expect("create.json is JSON");
         let m = Start::new("w", ["sh"]).manifest("ns", "n").unwrap();
-        assert_eq!(m["metadata"]["finalizers"], doc["metadata"]["finalizers"]);
-        assert_eq!(doc["metadata"]["finalizers"], json!([FINALIZER]));
+        assert_eq!(m["metadata"].get("finalizers"), None);
+        assert_eq!(doc["metadata"]["finalizers"], Value::Null);
     }
 
     /// clients/conformance/restart.json `start`: the policy sent, or refused naming the field

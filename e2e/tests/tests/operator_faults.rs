@@ -264,3 +264,58 @@ async fn a_field_of_a_newer_release_refuses_the_start_after_a_rollback() {
     })
     .await;
 }
+
+/// Issue 48, item 6: a running process whose object is deleted while no operator is up, with no
+/// finalizer (not added yet, or removed): the operator that takes the lease stops and forgets it
+/// at once, not at its next periodic sweep (set to 5 minutes here): within 10 s of its return.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/operator"]
+async fn deleted_while_no_operator_was_up_is_stopped_when_one_returns() {
+    with_ns("opf-gone", |t| async move {
+        let host = Host::from_env()?;
+        t.pods([pod("target", None)]).await?;
+        t.apply_sbp(sbp("gone", "target", sh("exec sleep 302", Value::Null)))
+            .await?;
+        let o = t
+            .until_field("gone", "/status/phase", "Running", 60)
+            .await?;
+        let uid = field(&o, "/metadata/uid");
+        hook(&["stop-operator"]).await?;
+        let checked = async {
+            let no_finalizer = r#"{"metadata":{"finalizers":null}}"#;
+            t.kubectl(&["patch", "sbp", "gone", "--type=merge", "-p", no_finalizer])
+                .await?;
+            t.kubectl(&["delete", "sbp", "gone", "--wait=true", "--timeout=30s"])
+                .await?;
+            let args = t.pod_args("target").await?;
+            ensure!(
+                args.iter().any(|a| a == "sleep 302"),
+                "it runs on while no operator is up: {args:?}"
+            );
+            let back = tokio::time::Instant::now();
+            hook(&["start-operator", "300"]).await?;
+            let mut code = host.agent_process_status(&uid).await?;
+            while code != 404 && back.elapsed() < Duration::from_secs(10) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                code = host.agent_process_status(&uid).await?;
+            }
+            let took = back.elapsed();
+            ensure!(
+                code == 404,
+                "the agent still holds {uid} (HTTP {code}) {took:?} after the operator's return"
+            );
+            let args = t.pod_args("target").await?;
+            ensure!(
+                !args.iter().any(|a| a == "sleep 302"),
+                "the process still runs in the pod: {args:?}"
+            );
+            println!("note: stopped and forgotten {took:?} after the operator's return");
+            Ok(())
+        }
+        .await;
+        // The suite's operator again (its usual sweep), whatever the outcome.
+        hook(&["restart-operator"]).await?;
+        checked
+    })
+    .await;
+}

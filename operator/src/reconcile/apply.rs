@@ -23,6 +23,7 @@ use crate::pod;
 use crate::reconcile::act::Actor;
 use crate::reconcile::context::{now, ttl_requeue, Context, OUTPUT_REFRESH, PENDING_RECHECK};
 use crate::reconcile::error::Error;
+use crate::reconcile::finalizer;
 use crate::reconcile::memo::CachedCopy;
 use crate::reconcile::writer;
 use crate::status::{self, AgentView, ContainerFacts, Facts, PodFacts};
@@ -106,19 +107,21 @@ pub async fn apply(
         output_due: held_output.is_none(),
     };
     let (next, held_back) = computed(&facts, &stored, held_output);
-    let held = ctx
-        .memo
-        .held_start(&uid)
-        .map(|(_, for_, running)| status::Held { for_, running });
-    if let status::Write::Hold { after, settling } = status::plan(&stored, &next, held) {
-        // Just started: a process that ends meanwhile gets one status write, its final.
+    let held = ctx.memo.held_start(&uid).map(|(_, for_)| for_);
+    if let status::Write::Hold { after } = status::plan(&stored, &next, held) {
+        // Still launching: a process that ends meanwhile gets one status write, its final.
         let node = next.node_name.as_deref().unwrap_or_default();
-        ctx.memo.hold_start(&uid, node, settling);
+        ctx.memo.hold_start(&uid, node);
         return Ok(Action::requeue(after));
     }
     writer::write(ctx, api, &obj, &stored, &next).await?;
     if status::is_started(&next) && !status::is_started(&stored) {
         ctx.memo.start_written(&uid);
+    }
+    if status::is_started(&next) && !status::is_final(&next) {
+        // Shown running: from now on a deletion waits for the stop. After the status, so that
+        // the user sees Running one write sooner.
+        finalizer::add(api, &obj).await?;
     }
     if status::is_final(&next) {
         ctx.memo.ended(&uid);

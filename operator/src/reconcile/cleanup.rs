@@ -65,7 +65,8 @@ pub async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Option<A
     // A reconcile worker never waits out a grace period: the stop is begun (idempotent on the
     // agent) and the object comes back when the record turns final (the agent watch) or at the
     // next requeue; only an ended process is forgotten, which is quick.
-    let ended = match ctx.agents.cached(&url, &d.uid) {
+    let cached = ctx.agents.cached(&url, &d.uid);
+    let ended = match &cached {
         Cached::Record(r) => r.is_final(),
         Cached::Absent => true,
         Cached::Unknown => status::is_final(&prev),
@@ -75,12 +76,15 @@ pub async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Option<A
             return step;
         }
     }
-    d.forget(&url, &node, ended, deletion_note(&prev)).await
+    // Told once: a deletion looked at again (others' finalizers hold the object, or the watch's
+    // DELETED event after a reconcile did it) finds nothing left on the agent.
+    let note = deletion_note(&prev).filter(|_| !matches!(cached, Cached::Absent));
+    d.forget(&url, &node, ended, note).await
 }
 
 /// The one Event a deletion publishes: the stop of a process the status last showed running
-/// (the object goes, and its status with it). A final object's deletion writes nothing but the
-/// finalizer's removal (docs/writes.md).
+/// (the object goes, and its status with it). A final object's deletion writes nothing beyond
+/// the user's DELETE (and the finalizer's removal, if it had one; docs/writes.md).
 fn deletion_note(prev: &SandboxProcessStatus) -> Option<status::Note> {
     (prev.phase == Some(Phase::Running)).then(|| status::Note {
         warning: false,

@@ -1,6 +1,7 @@
 //! The SandboxProcess controller: gathers the facts (object, pod, agent record), acts (start once,
 //! stop once, forget on delete, delete after the TTL), and writes the status that
 //! [`status::compute`] derives from the facts — with server-side apply, only when it changed.
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,6 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::Reporter;
-use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -21,8 +21,10 @@ use crate::agent::Agents;
 use crate::metrics::Metrics;
 use crate::pod::target_pod_name;
 use crate::reconcile::cache::Entry;
-use crate::reconcile::context::{Context, Settings, FIELD_MANAGER, FINALIZER};
+use crate::reconcile::context::{Context, Settings, FIELD_MANAGER};
+use crate::reconcile::deleted;
 use crate::reconcile::error::Error;
+use crate::reconcile::finalizer;
 use crate::reconcile::memo::Memo;
 use crate::reconcile::watched::{self, WatchedPod};
 
@@ -42,25 +44,16 @@ async fn reconcile(entry: Arc<Entry>, ctx: Arc<Context>) -> Result<Action, Error
     let result = unpanicked(
         async {
             // Deleted: the process is stopped and forgotten first, over as many reconciles as that
-            // takes; only then may the finalizer helper remove the finalizer (it does so as soon as
-            // its cleanup returns).
-            if obj.meta().deletion_timestamp.is_some()
-                && obj.finalizers().iter().any(|f| f == FINALIZER)
-            {
+            // takes (also when only others' finalizers hold the object: it still runs); only then
+            // does our finalizer go, if it was added (only a process shown running has it).
+            if obj.meta().deletion_timestamp.is_some() {
                 if let Some(again) = crate::reconcile::cleanup::cleanup(obj.clone(), &ctx).await? {
                     return Ok(again);
                 }
+                finalizer::remove(&api, &obj).await?;
+                return Ok(Action::await_change());
             }
-            finalizer(&api, FINALIZER, obj, |event| async {
-                match event {
-                    finalizer::Event::Apply(o) => {
-                        crate::reconcile::apply::apply(o, &ctx, &api).await
-                    }
-                    finalizer::Event::Cleanup(_) => Ok(Action::await_change()),
-                }
-            })
-            .await
-            .map_err(|e| Error::Finalizer(Box::new(e)))
+            crate::reconcile::apply::apply(obj, &ctx, &api).await
         }
         .instrument(span),
     )
@@ -142,10 +135,30 @@ pub async fn run(
     // object (cache::Entry).
     let (store, writer) = reflector::store::<Entry>();
     ctx.metrics.count_phases_of(Arc::new(store.clone()));
+    // A DELETED event is the one news of an object gone without our finalizer (deleted). The
+    // cache's first full list tells the sweep it may compare (not `Store::wait_until_ready`:
+    // its one waker belongs to the controller).
+    let (gone_tx, gone_rx) = mpsc::unbounded_channel();
+    let (listed_tx, listed) = tokio::sync::watch::channel(false);
     let objects = watcher(Api::<Entry>::all(client), watcher::Config::default())
         .reflect(writer)
+        .inspect_ok(move |ev| match ev {
+            watcher::Event::Delete(e) => {
+                let _ = gone_tx.send(e.clone());
+            }
+            watcher::Event::InitDone => {
+                listed_tx.send_replace(true);
+            }
+            _ => {}
+        })
         .applied_objects();
-    let sweeper = tokio::spawn(sweep_orphans(sweeper_agents, store.clone(), sweep_every));
+    let deletions = tokio::spawn(deleted::run(gone_rx, ctx.clone(), concurrency.into()));
+    let sweeper = tokio::spawn(sweep_orphans(
+        sweeper_agents,
+        store.clone(),
+        listed,
+        sweep_every,
+    ));
     let by_pod = store.clone();
     let controller = Controller::for_stream(objects, store.clone())
         .with_config(controller::Config::default().concurrency(concurrency))
@@ -176,6 +189,7 @@ pub async fn run(
         })
         .await;
     sweeper.abort();
+    deletions.abort();
     Ok(())
 }
 
@@ -219,50 +233,71 @@ fn watches_pod(e: &Entry, p: &Pod, name: &str) -> bool {
         .is_some_and(|s| s.matches(p.metadata.labels.as_ref().unwrap_or(&empty)))
 }
 
-/// Processes an agent holds for objects that no longer exist (a finalizer removed by hand, the
-/// delete give-up, a race) are stopped and forgotten: nothing runs or keeps output for an object
-/// nobody can see. Only ids shaped like object UIDs are ours to judge, and only those missing in
-/// two sweeps in a row (by default a 5-minute margin over any cache lag). Runs while this
-/// operator leads.
-async fn sweep_orphans(agents: Arc<Agents>, store: Store<Entry>, every: Duration) {
-    let mut suspects: std::collections::HashSet<String> = Default::default();
+/// Processes an agent holds for objects that no longer exist (deleted while no operator was up,
+/// a finalizer removed by hand, the delete give-up, a race) are stopped and forgotten: nothing
+/// runs or keeps output for an object nobody can see. Only ids shaped like object UIDs are ours
+/// to judge. The first sweep runs as soon as this operator leads (a deletion no operator saw is
+/// not left running for minutes) and acts at once: the objects are read after the records, so
+/// any process this operator or an earlier leader started has its object in that read unless it
+/// was deleted. Later sweeps, every `every`, act on what two in a row found missing (a margin
+/// over any cache lag).
+async fn sweep_orphans(
+    agents: Arc<Agents>,
+    store: Store<Entry>,
+    mut listed: tokio::sync::watch::Receiver<bool>,
+    every: Duration,
+) {
+    if listed.wait_for(|l| *l).await.is_err() {
+        return;
+    }
+    let mut suspects: Option<HashSet<String>> = None;
     loop {
-        tokio::time::sleep(every).await;
-        if store.wait_until_ready().await.is_err() {
-            continue;
+        if suspects.is_some() {
+            tokio::time::sleep(every).await;
         }
-        let known: std::collections::HashSet<String> =
-            store.state().iter().filter_map(|o| o.uid()).collect();
-        let mut missing = std::collections::HashSet::new();
+        while !agents.agents_listed() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let mut held = Vec::new();
         for url in agents.urls() {
-            let Ok(records) = agents.client.list(&url).await else {
-                continue;
+            let records = match agents.client.list(&url).await {
+                Ok(records) => records,
+                Err(e) => {
+                    warn!(agent = %url, error = %e, "orphan sweep: listing the agent's processes");
+                    continue;
+                }
             };
-            for r in records {
-                // A `processes` object lives on its node only: never an orphan of ours.
-                if r.object.is_some() {
-                    continue;
-                }
-                let id = r.exec_id;
-                if !is_uid(&id) || known.contains(&id) {
-                    continue;
-                }
-                if suspects.contains(&id) {
-                    warn!(exec_id = %id, agent = %url, "no object for this process; stopping and forgetting it");
-                    if let Err(e) = agents
-                        .client
-                        .forget(&url, &id, Duration::from_secs(30))
-                        .await
-                    {
-                        warn!(exec_id = %id, error = %e, "forgetting an orphaned process");
-                        missing.insert(id);
-                    }
-                } else {
-                    missing.insert(id);
-                }
+            // A `processes` object lives on its node only: never an orphan of ours.
+            let ours = records.into_iter().filter(|r| r.object.is_none());
+            held.extend(ours.map(|r| (url.clone(), r.exec_id)));
+        }
+        let known: HashSet<String> = store.state().iter().filter_map(|o| o.uid()).collect();
+        debug!(
+            first = suspects.is_none(),
+            held = held.len(),
+            objects = known.len(),
+            "orphan sweep"
+        );
+        let mut missing = HashSet::new();
+        for (url, id) in held {
+            if !is_uid(&id) || known.contains(&id) {
+                continue;
+            }
+            if !suspects.as_ref().is_none_or(|s| s.contains(&id)) {
+                missing.insert(id);
+                continue;
+            }
+            warn!(exec_id = %id, agent = %url, "no object for this process; stopping and forgetting it");
+            if let Err(e) = agents
+                .client
+                .forget(&url, &id, Duration::from_secs(30))
+                .await
+            {
+                warn!(exec_id = %id, error = %e, "forgetting an orphaned process");
+                missing.insert(id);
             }
         }
-        suspects = missing;
+        suspects = Some(missing);
     }
 }
 

@@ -1,8 +1,6 @@
 //! The reconcile's one error type, each variant with the label it is counted under.
 use std::time::Duration;
 
-use kube::runtime::finalizer;
-
 use crate::agent::AgentError;
 
 #[derive(Debug, thiserror::Error)]
@@ -10,7 +8,7 @@ pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<finalizer::Error<Error>>),
+    Finalizer(#[source] kube::Error),
     #[error(transparent)]
     Agent(#[from] AgentError),
     #[error("cleanup: {0}")]
@@ -30,12 +28,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
-            Error::Finalizer(e) => match e.as_ref() {
-                finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => {
-                    e.metric_label()
-                }
-                _ => "finalizer",
-            },
+            Error::Finalizer(_) => "finalizer",
             Error::Agent(AgentError::Unreachable { .. }) => "agent_unreachable",
             Error::Agent(AgentError::Api { .. }) => "agent",
             Error::StatusWriteTimeout(_) => "status_write_timeout",
@@ -57,8 +50,6 @@ mod tests {
             message: "m".into(),
         });
         assert_eq!(e.metric_label(), "agent_unreachable");
-        let wrapped = Error::Finalizer(Box::new(finalizer::Error::ApplyFailed(e)));
-        assert_eq!(wrapped.metric_label(), "agent_unreachable");
         assert_eq!(Error::Cleanup("x".into()).metric_label(), "cleanup");
     }
 }

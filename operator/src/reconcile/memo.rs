@@ -37,7 +37,6 @@ struct Entry {
 struct HeldStart {
     node: String,
     since: Instant,
-    running: bool,
 }
 
 /// What a reconcile may do with its copy of the object.
@@ -118,25 +117,22 @@ impl Memo {
         }
     }
 
-    /// The first started status of a process started on `node` is held back; `running`: the
-    /// agent says it runs (no longer launching).
-    pub fn hold_start(&self, uid: &str, node: &str, running: bool) {
+    /// The first started status of a process started on `node` is held back (its launch is
+    /// under way).
+    pub fn hold_start(&self, uid: &str, node: &str) {
         self.with(uid, |e| {
-            let h = e.held_start.get_or_insert_with(|| HeldStart {
+            e.held_start.get_or_insert_with(|| HeldStart {
                 node: node.to_string(),
                 since: Instant::now(),
-                running: false,
             });
-            h.running |= running;
         });
     }
 
-    /// The node of a process whose first started status is held back, how long it has been,
-    /// and whether it was held while the process ran.
-    pub fn held_start(&self, uid: &str) -> Option<(String, Duration, bool)> {
+    /// The node of a process whose first started status is held back, and how long it has been.
+    pub fn held_start(&self, uid: &str) -> Option<(String, Duration)> {
         let e = self.entries.lock().unwrap();
         let h = e.get(uid)?.held_start.as_ref()?;
-        Some((h.node.clone(), h.since.elapsed(), h.running))
+        Some((h.node.clone(), h.since.elapsed()))
     }
 
     /// A status saying the process started was written.
@@ -273,14 +269,10 @@ mod tests {
         m.succeeded("u");
         assert_eq!(m.failed("u"), 1);
         assert_eq!(m.held_start("u"), None);
-        m.hold_start("u", "node-1", false);
-        m.hold_start("u", "node-2", true);
-        let (node, _, running) = m.held_start("u").unwrap();
-        assert_eq!(
-            (node.as_str(), running),
-            ("node-1", true),
-            "the first hold's node"
-        );
+        m.hold_start("u", "node-1");
+        m.hold_start("u", "node-2");
+        let (node, _) = m.held_start("u").unwrap();
+        assert_eq!(node, "node-1", "the first hold's node");
         m.ended("u");
         assert_eq!(m.held_start("u"), None);
         assert_eq!(m.output_due("u", Duration::from_secs(60)), None);

@@ -10,38 +10,30 @@ use super::{is_final, is_started, LAUNCHING};
 pub enum Write {
     /// The object already shows it: no write.
     Nothing,
-    /// The first status saying the process started, held back: while the agent still launches
-    /// it (at most [`LAUNCH_HOLD`]), then once for [`START_SETTLE`] after it runs. A process that
-    /// ends meanwhile gets its final status as its only status write. Look again `after` this
-    /// (the agent's watch brings news sooner); `settling`: held while the process runs.
-    Hold { after: Duration, settling: bool },
+    /// The first status saying the process started, held back while the agent still launches it
+    /// (at most [`LAUNCH_HOLD`]): a process that ends meanwhile gets its final status as its only
+    /// status write. Look again `after` this (the agent's watch brings news sooner).
+    Hold { after: Duration },
     /// One status write.
     Status,
 }
 
-/// How long a started process's first status waits for its end once it runs. A `true` started
-/// 20 at once on the test cluster had its final record reach the operator 10-230 ms after its
-/// Running one (the supervisor's reap, final record, the agent's watch): this covers that,
-/// with a margin.
-pub const START_SETTLE: Duration = Duration::from_millis(300);
 /// How long a launch (the runtime's exec) may keep the first started status back: a slower one
 /// is shown (Running, `Ready=False Starting`) rather than nothing.
 pub const LAUNCH_HOLD: Duration = Duration::from_secs(2);
+/// A process taken as started of which nothing is known yet (its agent briefly unreachable):
+/// looked at again this soon.
+const UNKNOWN_RECHECK: Duration = Duration::from_millis(300);
 
-/// A first started status held back so far: for how long, and whether while the process ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Held {
-    pub for_: Duration,
-    pub running: bool,
-}
-
-/// `stored`: the object's status; `next`: the computed one; `held`: how the first started
-/// status was held back so far (`None`: not). A long process's Running status is late by its
-/// launch and one settle time, never more.
+/// `stored`: the object's status; `next`: the computed one; `held`: how long the first started
+/// status was held back so far (`None`: not). A process the agent says runs is shown Running at
+/// once: the wait of a user for Running is not traded for a write. A short one is not shown
+/// Running because the supervisor reports a process whose tree already ended once, final
+/// (docs/writes.md).
 pub fn plan(
     stored: &SandboxProcessStatus,
     next: &SandboxProcessStatus,
-    held: Option<Held>,
+    held: Option<Duration>,
 ) -> Write {
     if next == stored {
         return Write::Nothing;
@@ -52,30 +44,17 @@ pub fn plan(
     if next.phase.is_none() {
         // Taken as started but nothing learned (the agent briefly unreachable): nothing to show.
         return Write::Hold {
-            after: START_SETTLE,
-            settling: false,
+            after: UNKNOWN_RECHECK,
         };
     }
     let launching = next
         .condition(condition::READY)
         .is_some_and(|c| c.reason == LAUNCHING);
-    let for_ = held.map_or(Duration::ZERO, |h| h.for_);
-    match held {
-        _ if launching && for_ < LAUNCH_HOLD => Write::Hold {
+    match held.unwrap_or(Duration::ZERO) {
+        for_ if launching && for_ < LAUNCH_HOLD => Write::Hold {
             after: LAUNCH_HOLD - for_,
-            settling: false,
         },
-        _ if launching => Write::Status,
-        // Looked at again early (another change came): the settle time still runs out first.
-        Some(Held { running: true, .. }) if for_ < START_SETTLE => Write::Hold {
-            after: START_SETTLE - for_,
-            settling: true,
-        },
-        Some(Held { running: true, .. }) => Write::Status,
-        _ => Write::Hold {
-            after: START_SETTLE,
-            settling: true,
-        },
+        _ => Write::Status,
     }
 }
 
@@ -109,38 +88,40 @@ mod tests {
 
     use super::*;
 
-    /// The first started status, by what the look learned and how long it was held so far.
+    /// The first started status, by what the look learned and how long it was held so far:
+    /// Running at once; held only while launching (bounded) or while nothing is known.
     #[test]
-    fn the_first_started_status_is_held_until_there_is_something_to_show() {
+    fn the_first_started_status_is_held_only_while_there_is_nothing_to_show() {
         let started = |phase| SandboxProcessStatus {
             pod_uid: Some("pod-1".into()),
             phase,
             ..Default::default()
         };
-        let held = |ms, running| {
-            Some(Held {
-                for_: Duration::from_millis(ms),
-                running,
-            })
+        let launching = || {
+            let mut s = started(Some(Phase::Running));
+            s.conditions = vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: condition::READY.into(),
+                status: "False".into(),
+                reason: LAUNCHING.into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+            }];
+            s
         };
-        let hold = |ms, settling| Write::Hold {
+        let ms = |ms| Some(Duration::from_millis(ms));
+        let hold = |ms| Write::Hold {
             after: Duration::from_millis(ms),
-            settling,
         };
         let none = SandboxProcessStatus::default();
         let cases = [
-            (started(None), held(1000, true), hold(300, false)),
-            (started(Some(Phase::Running)), None, hold(300, true)),
-            (
-                started(Some(Phase::Running)),
-                held(100, true),
-                hold(200, true),
-            ),
-            (
-                started(Some(Phase::Running)),
-                held(300, true),
-                Write::Status,
-            ),
+            (started(None), ms(1000), hold(300)),
+            (started(Some(Phase::Running)), None, Write::Status),
+            (launching(), None, hold(2000)),
+            (launching(), ms(1500), hold(500)),
+            (launching(), ms(2000), Write::Status),
             (started(Some(Phase::Exited)), None, Write::Status),
             (none.clone(), None, Write::Nothing),
         ];

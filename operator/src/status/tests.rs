@@ -1403,7 +1403,7 @@ const REFRESH: i64 = 30;
 /// Each look is (second, the agent's record); the output may be refreshed once `REFRESH` has
 /// passed since it was last written.
 fn write_plan(readiness: bool, looks: &[(i64, ProcessRecord)]) -> Vec<String> {
-    let (mut stored, mut held) = (SandboxProcessStatus::default(), None::<(i64, Held)>);
+    let (mut stored, mut held) = (SandboxProcessStatus::default(), None::<i64>);
     let (mut output_at, mut writes) = (None::<i64>, Vec::new());
     for (at, r) in looks {
         let mut case = Case::new().prev(stored.clone()).record(r.clone()).at(*at);
@@ -1415,22 +1415,11 @@ fn write_plan(readiness: bool, looks: &[(i64, ProcessRecord)]) -> Vec<String> {
         case.output_due = true;
         let full = (plain != case.run()).then(|| case.run());
         let next = with_output(&stored, plain, full);
-        let so_far = held.map(|(since, h)| Held {
-            for_: Duration::from_secs((at - since) as u64),
-            ..h
-        });
+        let so_far = held.map(|since| Duration::from_secs((at - since) as u64));
         match plan(&stored, &next, so_far) {
             Write::Nothing => {}
-            Write::Hold { settling, .. } => {
-                let (since, mut h) = held.unwrap_or((
-                    *at,
-                    Held {
-                        for_: Duration::ZERO,
-                        running: false,
-                    },
-                ));
-                h.running |= settling;
-                held = Some((since, h));
+            Write::Hold { .. } => {
+                held.get_or_insert(*at);
             }
             Write::Status => {
                 writes.push(format!("status {:?}", next.phase.unwrap()));
@@ -1458,7 +1447,6 @@ fn printing(bytes: u64) -> ProcessRecord {
 type Looks = Vec<(i64, ProcessRecord)>;
 
 /// Long, printing every 10 s for 100 s: the output reaches the status at most every 30 s.
-/// (Each second look at 1 s is the one after the settle time.)
 fn printer_looks() -> Looks {
     let mut printer: Looks = vec![(0, printing(1)), (1, printing(1))];
     printer.extend((1..=10).map(|k| (k * 10, printing(k as u64 + 1))));
@@ -1538,24 +1526,24 @@ fn write_plan_per_shape() {
     let (printer, busy_looks) = (printer_looks(), busy_looks());
     let cases: Vec<(&str, Looks, &[&str])> = vec![
         (
-            "short: ended before the first look",
+            "short: its tree ended before the runtime returned (reported once, final)",
             vec![(0, ok())],
             &["status Exited"],
         ),
         (
-            "short: ended within the settle time (the Running status is held back once)",
+            "short: launched, then ended before the launch hold ran out",
+            vec![(0, launching()), (0, ok())],
+            &["status Exited"],
+        ),
+        (
+            "short, but ended after the agent said it runs: shown Running at once",
             vec![(0, running()), (0, ok())],
-            &["status Exited"],
-        ),
-        (
-            "short: looked at again within the settle time, then ended",
-            vec![(0, running()), (0, printing(9)), (0, ok())],
-            &["status Exited"],
-        ),
-        (
-            "short: launched, then ended within the settle time",
-            vec![(0, launching()), (0, running()), (0, ok())],
-            &["status Exited"],
+            &[
+                "status Running",
+                "event Started",
+                "status Exited",
+                "event Exited",
+            ],
         ),
         (
             "slow launch: shown once LAUNCH_HOLD has passed",
@@ -1588,14 +1576,11 @@ fn write_plan_per_shape() {
         ),
         (
             "short failure: its Warning stays",
-            vec![
-                (0, running()),
-                (0, exited(3, None, wire::EndReason::Exited)),
-            ],
+            vec![(0, exited(3, None, wire::EndReason::Exited))],
             &["status Exited", "event Failed"],
         ),
         (
-            "long and quiet: Running after the settle time, no write while nothing changes",
+            "long and quiet: Running at once, no write while nothing changes",
             vec![(0, running()), (1, running()), (60, running()), (300, ok())],
             &[
                 "status Running",

@@ -17,9 +17,6 @@ DOORS = {
               "process"),
 }
 FIELD_MANAGER = "sandbox-client-python"
-# The operator's finalizer (sandbox_api::crd::FINALIZER), sent at create: it spares the operator
-# a write per process (clients/conformance/create.json).
-FINALIZER = "sandbox.dev/process"
 STREAMS = ("stdout", "stderr", "both")
 # Servers send an empty line after 5 s of silence on a log stream; nothing heard for this long
 # means the connection is dead, not the process idle (sandbox_api::wire::LOG_SILENCE_LIMIT).

@@ -113,11 +113,8 @@ class Sandbox:
     def _create(self, name: str, manifest: Dict[str, Any]) -> None:
         if self.door == PROCESS:
             # A Process is created (the same name and spec again: the one there; another spec:
-            # 409); it has no finalizer, its node's agent holds it.
+            # 409); its node's agent holds it.
             body = dict(manifest, apiVersion=f"{self.group}/{VERSION}", kind="Process")
-            meta = dict(body.get("metadata") or {})
-            meta.pop("finalizers", None)
-            body["metadata"] = meta
             self._objects.create_namespaced_custom_object(
                 self.group, VERSION, self.namespace, self.plural, body)
             return

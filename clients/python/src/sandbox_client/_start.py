@@ -5,7 +5,7 @@ import math
 import secrets
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from ._consts import FINALIZER, GROUP, VERSION
+from ._consts import GROUP, VERSION
 from .errors import InvalidArgument
 
 
@@ -62,7 +62,8 @@ def _manifest(namespace, name, pod, argv, container, cwd, env, timeout, stdin, r
         spec["securityContext"] = sc
     if _restart_policy(restart_policy, stdin or tty) != "Never":
         spec["restartPolicy"] = restart_policy
-    meta: Dict[str, Any] = {"name": name, "namespace": namespace, "finalizers": [FINALIZER]}
+    # No finalizer: the operator adds it to a process it shows running (docs/writes.md).
+    meta: Dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         meta["labels"] = dict(labels)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SandboxProcess", "metadata": meta,
