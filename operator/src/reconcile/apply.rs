@@ -114,7 +114,9 @@ pub async fn apply(
         ctx.memo.hold_start(&uid, node);
         return Ok(Action::requeue(after));
     }
-    writer::write(ctx, api, &obj, &stored, &next).await?;
+    if let Err(e) = writer::write(ctx, api, &obj, &stored, &next).await {
+        return gone_meanwhile(ctx, &obj, e);
+    }
     if status::is_started(&next) && !status::is_started(&stored) {
         ctx.memo.start_written(&uid);
     }
@@ -131,6 +133,20 @@ pub async fn apply(
     let deadline =
         status::start_deadline_left(spec, obj.metadata.creation_timestamp.as_ref(), &now);
     Ok(next_action(&agent, held_back, next.phase, deadline))
+}
+
+/// A status write that found the object gone: deleted while its start was under way, before any
+/// finalizer (only a process shown running has one). Its DELETED event may have come before the
+/// agent held the process, so the deletion worker is told again, now that the agent does.
+fn gone_meanwhile(ctx: &Context, obj: &Arc<SandboxProcess>, e: Error) -> Result<Action, Error> {
+    match e {
+        Error::Kube(kube::Error::Api(a)) if a.code == 404 => {
+            info!("the object was deleted while its process started; stopping it");
+            let _ = ctx.deleted.send(obj.clone());
+            Ok(Action::await_change())
+        }
+        e => Err(e),
+    }
 }
 
 /// The status to write, and how long until held-back output and usage are due (`held_output`:

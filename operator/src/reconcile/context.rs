@@ -63,6 +63,10 @@ pub struct Context {
     pub settings: Settings,
     /// What is remembered about each object between reconciles.
     pub(crate) memo: Memo,
+    /// Objects gone without our finalizer, whose process is stopped and forgotten by
+    /// `reconcile::deleted`: from the watch's DELETED events, and from a reconcile whose write
+    /// found its object gone (deleted while its start was under way).
+    pub(crate) deleted: tokio::sync::mpsc::UnboundedSender<Arc<sandbox_api::crd::SandboxProcess>>,
 }
 
 pub(crate) fn now() -> Time {

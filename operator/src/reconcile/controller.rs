@@ -121,6 +121,7 @@ pub async fn run(
         instance: Some(settings.instance.clone()),
     };
     let concurrency = settings.concurrency;
+    let (gone_tx, gone_rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
@@ -129,6 +130,7 @@ pub async fn run(
         metrics,
         settings,
         memo: Memo::default(),
+        deleted: gone_tx.clone(),
     });
 
     // The object cache (and the trigger stream) holds only what the controller reads of each
@@ -138,13 +140,12 @@ pub async fn run(
     // A DELETED event is the one news of an object gone without our finalizer (deleted). The
     // cache's first full list tells the sweep it may compare (not `Store::wait_until_ready`:
     // its one waker belongs to the controller).
-    let (gone_tx, gone_rx) = mpsc::unbounded_channel();
     let (listed_tx, listed) = tokio::sync::watch::channel(false);
     let objects = watcher(Api::<Entry>::all(client), watcher::Config::default())
         .reflect(writer)
         .inspect_ok(move |ev| match ev {
             watcher::Event::Delete(e) => {
-                let _ = gone_tx.send(e.clone());
+                let _ = gone_tx.send(e.object());
             }
             watcher::Event::InitDone => {
                 listed_tx.send_replace(true);

@@ -13,7 +13,6 @@ use sandbox_api::crd::SandboxProcess;
 use tokio::sync::mpsc;
 use tracing::{debug, warn, Instrument};
 
-use crate::reconcile::cache::Entry;
 use crate::reconcile::cleanup::cleanup;
 use crate::reconcile::context::{Context, CLEANUP_GIVE_UP};
 use crate::reconcile::finalizer;
@@ -28,12 +27,15 @@ pub fn needs_cleanup(obj: &SandboxProcess) -> bool {
 }
 
 /// Runs until `gone` closes: each deleted object's cleanup, `concurrency` at a time.
-pub async fn run(gone: mpsc::UnboundedReceiver<Entry>, ctx: Arc<Context>, concurrency: usize) {
+pub async fn run(
+    gone: mpsc::UnboundedReceiver<Arc<SandboxProcess>>,
+    ctx: Arc<Context>,
+    concurrency: usize,
+) {
     let gone = futures::stream::unfold(gone, |mut rx| async { rx.recv().await.map(|e| (e, rx)) });
-    gone.for_each_concurrent(concurrency.max(1), |entry| {
+    gone.for_each_concurrent(concurrency.max(1), |obj| {
         let ctx = ctx.clone();
         async move {
-            let obj = entry.object();
             if !needs_cleanup(&obj) {
                 return;
             }
