@@ -17,6 +17,7 @@ pub mod aggregated;
 pub mod crdgen;
 pub mod envfrom;
 pub mod lease;
+pub mod listed;
 pub mod memtrim;
 pub mod metrics;
 pub mod pki;

@@ -1,10 +1,11 @@
 //! Where each node's agent is: the one place that decides which agent pod serves a node, by one
 //! rule, from one watch of this release's agent pods that the controller and the subresource API
 //! share.
+use crate::listed::Listed;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::reflector::{self, Store};
@@ -73,16 +74,18 @@ pub fn agent_ip_for_node<'a>(
 }
 
 /// This release's agent pods (in `namespace`, labelled `selector`), cached by a watch that runs
-/// as long as the operator does.
-pub fn watch_agent_pods(client: &Client, namespace: &str, selector: &str) -> Store<Pod> {
+/// as long as the operator does, and whether it has listed them.
+pub fn watch_agent_pods(client: &Client, namespace: &str, selector: &str) -> (Store<Pod>, Listed) {
     let (store, writer) = reflector::store::<Pod>();
+    let (marker, listed) = Listed::new();
     let api = Api::<Pod>::namespaced(client.clone(), namespace);
     let stream = watcher(api, watcher::Config::default().labels(selector))
         .default_backoff()
         .reflect(writer)
+        .inspect_ok(move |ev| marker.mark(ev))
         .for_each(|_| futures::future::ready(()));
     tokio::spawn(stream);
-    store
+    (store, listed)
 }
 
 impl Agents {
@@ -91,7 +94,7 @@ impl Agents {
         if let Some(u) = &self.fixed_url {
             return Some(u.clone());
         }
-        let pods = self.pods.as_ref()?.state();
+        let pods = self.pods.as_ref()?.0.state();
         agent_ip_for_node(pods.iter().map(|p| p.as_ref()), node)
             .map(|ip| self.client.url_for(node, &ip, self.port))
     }
@@ -130,11 +133,8 @@ impl Agents {
     /// The agent pods have been listed once (always with a fixed URL): until then [`Self::serving`]
     /// says nothing.
     pub fn agents_listed(&self) -> bool {
-        use futures::FutureExt;
         match &self.pods {
-            Some(pods) if self.fixed_url.is_none() => {
-                pods.wait_until_ready().now_or_never().is_some()
-            }
+            Some((_, listed)) if self.fixed_url.is_none() => listed.now(),
             _ => true,
         }
     }
@@ -143,11 +143,8 @@ impl Agents {
     /// URL).
     pub async fn listed_within(&self, wait: Duration) -> bool {
         match &self.pods {
-            Some(pods) if self.fixed_url.is_none() => {
-                matches!(
-                    tokio::time::timeout(wait, pods.wait_until_ready()).await,
-                    Ok(Ok(()))
-                )
+            Some((_, listed)) if self.fixed_url.is_none() => {
+                matches!(tokio::time::timeout(wait, listed.wait()).await, Ok(true))
             }
             _ => true,
         }
@@ -158,7 +155,7 @@ impl Agents {
         if let Some(u) = &self.fixed_url {
             return vec![(None, u.clone())];
         }
-        let Some(pods) = &self.pods else {
+        let Some((pods, _)) = &self.pods else {
             return Vec::new();
         };
         let pods = pods.state();

@@ -16,6 +16,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
+use crate::listed::Listed;
+
 pub use client::{AgentClient, AgentError};
 pub use discovery::AGENT_SELECTOR;
 use watch::AgentState;
@@ -27,8 +29,9 @@ pub struct Agents {
     pub client: AgentClient,
     /// `--agent-url`: one agent for every node (host-run tests, single node).
     fixed_url: Option<String>,
-    /// Agent pods (operator namespace, [`AGENT_SELECTOR`]); unused with a fixed URL.
-    pods: Option<Store<Pod>>,
+    /// Agent pods (operator namespace, [`AGENT_SELECTOR`]) and whether they are listed; unused
+    /// with a fixed URL.
+    pods: Option<(Store<Pod>, Listed)>,
     port: u16,
     state: Mutex<HashMap<String, AgentState>>,
     /// Since when a node has had no agent pod.
@@ -57,7 +60,7 @@ impl Agents {
     pub fn new(
         client: AgentClient,
         fixed_url: Option<String>,
-        pods: Option<Store<Pod>>,
+        pods: Option<(Store<Pod>, Listed)>,
         port: u16,
         notify: mpsc::UnboundedSender<String>,
     ) -> Arc<Agents> {
@@ -110,7 +113,8 @@ mod tests {
         w.apply_watcher_event(&watcher::Event::InitDone);
         let (tx, rx) = mpsc::unbounded_channel();
         let client = AgentClient::plain("/nonexistent".into()).unwrap();
-        (Agents::new(client, None, Some(w.as_reader()), 9443, tx), rx)
+        let pods = Some((w.as_reader(), Listed::already()));
+        (Agents::new(client, None, pods, 9443, tx), rx)
     }
 
     fn agent_pod(name: &str, node: &str, phase: &str, ip: Option<&str>) -> Pod {
@@ -201,7 +205,13 @@ mod tests {
         let w: Writer<Pod> = Writer::default();
         let (tx, _rx) = mpsc::unbounded_channel();
         let client = AgentClient::plain("/nonexistent".into()).unwrap();
-        let a = Agents::new(client, None, Some(w.as_reader()), 9443, tx);
+        let a = Agents::new(
+            client,
+            None,
+            Some((w.as_reader(), Listed::new().1)),
+            9443,
+            tx,
+        );
         assert_eq!(a.held_anywhere("x", None), Anywhere::NotYetKnown);
         // Without our TLS material no agent can be asked: waited for in our first minute of
         // leading, then not (the failed start says why in the status).
@@ -276,7 +286,13 @@ mod tests {
         let w: Writer<Pod> = Writer::default();
         let (tx, _rx) = mpsc::unbounded_channel();
         let client = AgentClient::plain("/nonexistent".into()).unwrap();
-        let a = Agents::new(client, None, Some(w.as_reader()), 9443, tx);
+        let a = Agents::new(
+            client,
+            None,
+            Some((w.as_reader(), Listed::new().1)),
+            9443,
+            tx,
+        );
         assert!(!a.listed_within(Duration::from_millis(10)).await);
         assert_eq!(a.agent_url("n1"), None);
     }

@@ -306,7 +306,7 @@ async fn target_pod(
     let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
     let spec = &obj.spec;
     // The pod cache must have its first list before "no pod" can mean anything.
-    let _ = tokio::time::timeout(Duration::from_secs(30), ctx.pods.wait_until_ready()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(30), ctx.pods_listed.wait()).await;
     let container = spec.container.as_deref();
     let (target, chosen_now) = match (known_pod(obj, prev), &spec.pod_selector) {
         (Some(n), _) => (n, false),

@@ -54,6 +54,8 @@ pub struct Settings {
 pub struct Context {
     pub client: Client,
     pub pods: Store<Pod>,
+    /// The pod cache has its first list (crate::listed: any number of reconciles wait on it).
+    pub pods_listed: crate::listed::Listed,
     pub agents: Arc<Agents>,
     /// Who publishes the Events. A [`Recorder`](kube::runtime::events::Recorder) is made per Event: its cache (kept for series of
     /// repeated identical Events) would hold every Event sent in the last 6 minutes — 10,000

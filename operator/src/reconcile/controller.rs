@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::agent::Agents;
+use crate::listed::Listed;
 use crate::metrics::Metrics;
 use crate::pod::target_pod_name;
 use crate::reconcile::cache::Entry;
@@ -106,6 +107,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     // Every pod (target pods live anywhere), read without managedFields (crate::reconcile::watched).
     let (pods, pod_writer) = reflector::store::<Pod>();
+    let (pods_marker, pods_listed) = Listed::new();
     let pod_events = watcher(
         Api::<WatchedPod>::all(client.clone()),
         watcher::Config::default(),
@@ -113,6 +115,7 @@ pub async fn run(
     .default_backoff()
     .map_ok(watched::pods)
     .reflect(pod_writer)
+    .inspect_ok(move |ev| pods_marker.mark(ev))
     .touched_objects();
     agents.begin_leading();
     let (sweeper_agents, sweep_every) = (agents.clone(), settings.orphan_sweep);
@@ -125,6 +128,7 @@ pub async fn run(
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
+        pods_listed,
         agents,
         reporter,
         metrics,
@@ -138,19 +142,15 @@ pub async fn run(
     let (store, writer) = reflector::store::<Entry>();
     ctx.metrics.count_phases_of(Arc::new(store.clone()));
     // A DELETED event is the one news of an object gone without our finalizer (deleted). The
-    // cache's first full list tells the sweep it may compare (not `Store::wait_until_ready`:
-    // its one waker belongs to the controller).
-    let (listed_tx, listed) = tokio::sync::watch::channel(false);
+    // cache's first full list tells the sweep it may compare (crate::listed).
+    let (marker, listed) = Listed::new();
     let objects = watcher(Api::<Entry>::all(client), watcher::Config::default())
         .reflect(writer)
-        .inspect_ok(move |ev| match ev {
-            watcher::Event::Delete(e) => {
+        .inspect_ok(move |ev| {
+            marker.mark(ev);
+            if let watcher::Event::Delete(e) = ev {
                 let _ = gone_tx.send(e.object());
             }
-            watcher::Event::InitDone => {
-                listed_tx.send_replace(true);
-            }
-            _ => {}
         })
         .applied_objects();
     let deletions = tokio::spawn(deleted::run(gone_rx, ctx.clone(), concurrency.into()));
@@ -242,13 +242,8 @@ fn watches_pod(e: &Entry, p: &Pod, name: &str) -> bool {
 /// any process this operator or an earlier leader started has its object in that read unless it
 /// was deleted. Later sweeps, every `every`, act on what two in a row found missing (a margin
 /// over any cache lag).
-async fn sweep_orphans(
-    agents: Arc<Agents>,
-    store: Store<Entry>,
-    mut listed: tokio::sync::watch::Receiver<bool>,
-    every: Duration,
-) {
-    if listed.wait_for(|l| *l).await.is_err() {
+async fn sweep_orphans(agents: Arc<Agents>, store: Store<Entry>, listed: Listed, every: Duration) {
+    if !listed.wait().await {
         return;
     }
     let mut suspects: Option<HashSet<String>> = None;

@@ -144,6 +144,11 @@ mod tests {
     /// A server whose agent registry holds `agent_pods` once listed (`None`: not listed yet).
     fn server(agent_pods: Option<Vec<Pod>>) -> (Server, Writer<Pod>) {
         let mut w: Writer<Pod> = Writer::default();
+        let listed = if agent_pods.is_some() {
+            crate::listed::Listed::already()
+        } else {
+            crate::listed::Listed::new().1
+        };
         if let Some(pods) = agent_pods {
             w.apply_watcher_event(&watcher::Event::Init);
             for p in pods {
@@ -153,7 +158,8 @@ mod tests {
         }
         let client = AgentClient::plain("/nonexistent".into()).unwrap();
         let (tx, _) = tokio::sync::mpsc::unbounded_channel();
-        let agents = Agents::new(client, None, Some(w.as_reader()), 9443, tx);
+        let pods = Some((w.as_reader(), listed));
+        let agents = Agents::new(client, None, pods, 9443, tx);
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let server = Server {
             client: kube::Client::try_from(config).unwrap(),
