@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
@@ -65,12 +65,18 @@ impl TestNs {
         pred: impl Fn(&DynamicObject) -> bool,
     ) -> Result<DynamicObject> {
         let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let stream = watcher(self.procs(), cfg).applied_objects();
+        // Retried with backoff within the bound: an operator replica going (a failover, a
+        // rollout) answers 503 for a moment, as for any aggregated API.
+        let stream = watcher(self.procs(), cfg)
+            .default_backoff()
+            .applied_objects();
         let found = tokio::time::timeout(Duration::from_secs(secs), async {
             let mut stream = std::pin::pin!(stream);
-            while let Some(o) = stream.try_next().await? {
-                if pred(&o) {
-                    return Ok::<_, anyhow::Error>(o);
+            while let Some(o) = stream.next().await {
+                match o {
+                    Ok(o) if pred(&o) => return Ok::<_, anyhow::Error>(o),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("watch of process {name}: {e}; retrying"),
                 }
             }
             anyhow::bail!("the watch ended")
