@@ -173,6 +173,7 @@ async fn signal() {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    sandbox_operator::memtrim::tune();
     let args = Args::parse();
     check(&args)?;
     init_logging(args.log_json);

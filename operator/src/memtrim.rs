@@ -29,6 +29,25 @@ pub fn spawn(every: Duration) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// Sets the allocator up for a server that builds big bodies now and then (a list of 10,000
+/// processes is a 16 MB body, grown and copied): buffers from 256 KiB up are mapped on their
+/// own and unmapped when freed. Otherwise glibc raises its mmap threshold to the size of each
+/// such buffer freed (up to 32 MiB), after which they come from the arenas and leave them
+/// fragmented (140 MiB of free chunks, 25 MiB in use, after 10,000 processes were listed and
+/// deleted). And at most 4 arenas (glibc allows 8 per core), each keeping its own free chunks.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn tune() {
+    // SAFETY: mallopt only sets the allocator's parameters, under its own lock; called once at
+    // start, before the runtime's threads allocate much.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+        libc::mallopt(libc::M_ARENA_MAX, 4);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn tune() {}
+
 /// Returns the allocator's free pages to the system; whether any were.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn trim() -> bool {
