@@ -171,9 +171,16 @@ async fn signal() {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // Before the runtime's threads exist: each takes an arena as it first allocates.
     sandbox_operator::memtrim::tune();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve())
+}
+
+async fn serve() -> anyhow::Result<()> {
     let args = Args::parse();
     check(&args)?;
     init_logging(args.log_json);

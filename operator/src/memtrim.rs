@@ -37,8 +37,8 @@ pub fn spawn(every: Duration) -> tokio::task::JoinHandle<()> {
 /// deleted). And at most 4 arenas (glibc allows 8 per core), each keeping its own free chunks.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn tune() {
-    // SAFETY: mallopt only sets the allocator's parameters, under its own lock; called once at
-    // start, before the runtime's threads allocate much.
+    // SAFETY: mallopt only sets the allocator's parameters, under its own lock; called once, at
+    // the start of main, before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
         libc::mallopt(libc::M_ARENA_MAX, 4);

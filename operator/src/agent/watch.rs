@@ -60,10 +60,6 @@ impl Pass {
 pub(super) struct AgentState {
     /// Boxed: a record is ~0.5 KB inline, which an unboxed table would hold per slot, used or not.
     records: HashMap<String, Kept>,
-    /// Records of `processes` objects: only a digest of each, to tell a change from a resend
-    /// (the record itself goes to the process API's table, which keeps it: a second copy here
-    /// was a third of the operator's memory at 10,000 processes).
-    objects: HashMap<String, Seen>,
     /// Processes whose final status is written ([`Agents::release`]): their records are not
     /// kept, also when the watch sends them again. With the pass that last sent each.
     released: HashMap<String, u64>,
@@ -76,22 +72,6 @@ pub(super) struct AgentState {
     /// Its watch has synced once since we started: `records` holds what it held then, also
     /// while it is unreachable now.
     ever_synced: bool,
-}
-
-/// What the watch keeps of a `processes` object's record.
-#[derive(Clone, Copy, Debug)]
-struct Seen {
-    digest: u64,
-    pass: u64,
-}
-
-/// A digest of a record: equal records, equal digests (the record's JSON, which its revision
-/// alone is not: labels patched on the agent change the object without a new revision).
-fn digest(r: &ProcessRecord) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_vec(r).unwrap_or_default().hash(&mut h);
-    h.finish()
 }
 
 /// Whether a start waits for an agent's watch before judging where its process already is: an
@@ -438,24 +418,15 @@ impl Agents {
                     if let Some(sent_in) = s.released.get_mut(id) {
                         // Final and reported: nothing to keep or to look at.
                         *sent_in = pass.number;
-                    } else if record.object.is_some() {
-                        let d = digest(&record);
-                        match s.objects.get_mut(id) {
-                            Some(seen) if seen.digest == d => seen.pass = pass.number,
-                            _ => {
-                                let seen = Seen {
-                                    digest: d,
-                                    pass: pass.number,
-                                };
-                                s.objects.insert(id.clone(), seen);
-                                objects.push(record);
-                            }
-                        }
                     } else {
                         match s.records.get_mut(id) {
                             Some(k) if k.record == record => k.pass = pass.number,
                             _ => {
-                                changed.push(id.clone());
+                                if record.object.is_some() {
+                                    objects.push(record.clone());
+                                } else {
+                                    changed.push(id.clone());
+                                }
                                 let kept = Kept {
                                     pass: pass.number,
                                     record,
@@ -468,12 +439,13 @@ impl Agents {
                 WatchEvent::Deleted { exec_id } => {
                     s.released.remove(&exec_id);
                     s.released.shrink_if_sparse();
-                    if s.objects.remove(&exec_id).is_some() {
-                        s.objects.shrink_if_sparse();
-                        objects_gone.push(exec_id);
-                    } else if s.records.remove(&exec_id).is_some() {
+                    if let Some(k) = s.records.remove(&exec_id) {
                         s.records.shrink_if_sparse();
-                        changed.push(exec_id);
+                        if k.record.object.is_some() {
+                            objects_gone.push(exec_id);
+                        } else {
+                            changed.push(exec_id);
+                        }
                     }
                 }
                 WatchEvent::Heartbeat { .. } => {}
@@ -488,27 +460,18 @@ impl Agents {
                         .filter(|(_, k)| k.pass != pass.number)
                         .map(|(id, _)| id.clone())
                         .collect();
-                    changed.extend(gone.into_iter().inspect(|id| {
-                        s.records.remove(id);
-                    }));
-                    let this = pass.number;
-                    let gone: Vec<String> = s
-                        .objects
-                        .iter()
-                        .filter(|(_, seen)| seen.pass != this)
-                        .map(|(id, _)| id.clone())
-                        .collect();
-                    for id in &gone {
-                        s.objects.remove(id);
+                    for id in gone {
+                        match s.records.remove(&id) {
+                            Some(k) if k.record.object.is_some() => objects_gone.push(id),
+                            _ => changed.push(id),
+                        }
                     }
-                    objects_gone.extend(gone);
-                    s.objects.shrink_if_sparse();
+                    let this = pass.number;
                     s.released.retain(|_, sent_in| *sent_in == this);
                     s.records.shrink_if_sparse();
                     s.released.shrink_if_sparse();
                     if !pass.synced {
-                        let (processes, objects) = (s.records.len(), s.objects.len());
-                        info!(agent = %url, processes, objects, "agent watch synced");
+                        info!(agent = %url, processes = s.records.len(), "agent watch synced");
                     }
                     *pass = Pass {
                         synced: true,

@@ -142,7 +142,9 @@ fn gone_meanwhile(ctx: &Context, obj: &Arc<SandboxProcess>, e: Error) -> Result<
     match e {
         Error::Kube(kube::Error::Api(a)) if a.code == 404 => {
             info!("the object was deleted while its process started; stopping it");
-            let _ = ctx.deleted.send(obj.clone());
+            let _ = ctx
+                .deleted
+                .send(crate::reconcile::deleted::stamped(obj.clone()));
             Ok(Action::await_change())
         }
         e => Err(e),

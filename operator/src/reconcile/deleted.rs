@@ -16,6 +16,7 @@ use tracing::{debug, warn, Instrument};
 use crate::reconcile::cleanup::cleanup;
 use crate::reconcile::context::{Context, CLEANUP_GIVE_UP};
 use crate::reconcile::finalizer;
+use crate::status::{self, LAUNCH_HOLD};
 
 /// How often a stopping process is looked at again (no reconcile brings this one back).
 const RECHECK: Duration = Duration::from_millis(500);
@@ -24,6 +25,17 @@ const RECHECK: Duration = Duration::from_millis(500);
 /// (its removal, after the cleanup, is what deleted it).
 pub fn needs_cleanup(obj: &SandboxProcess) -> bool {
     !finalizer::held(obj)
+}
+
+/// The object as the deletion worker takes it: its give-up time counts from now, when its
+/// deletion was learned (a DELETED event's copy may carry no `deletionTimestamp`).
+pub fn stamped(obj: Arc<SandboxProcess>) -> Arc<SandboxProcess> {
+    if obj.metadata.deletion_timestamp.is_some() {
+        return obj;
+    }
+    let mut obj = (*obj).clone();
+    obj.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    Arc::new(obj)
 }
 
 /// Runs until `gone` closes: each deleted object's cleanup, `concurrency` at a time.
@@ -40,29 +52,57 @@ pub async fn run(
                 return;
             }
             let span = tracing::info_span!("deleted", object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()));
-            forget(obj, &ctx).instrument(span).await
+            forget(obj, ctx).instrument(span).await
         }
     })
     .await
 }
 
-/// The cleanup of a deletion, looked at again until done; bounded by its give-up time.
-async fn forget(obj: Arc<SandboxProcess>, ctx: &Context) {
-    let mut obj = (*obj).clone();
-    // The give-up time counts from the deletion (the event's copy may not carry its time).
-    obj.metadata
-        .deletion_timestamp
-        .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
-    let obj = Arc::new(obj);
+/// The cleanup of a deletion. A start sent for a process not shown final may still be under
+/// way on its agent (the DELETED event can come before the agent holds it): looked at once more,
+/// off the worker's slots, once such a launch has had time to register. (A start sent after the
+/// event is the reconcile's: its status write finds the object gone, `apply::gone_meanwhile`.)
+async fn forget(obj: Arc<SandboxProcess>, ctx: Arc<Context>) {
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let final_ = obj.status.as_ref().is_some_and(status::is_final);
+    let starting = !final_ && ctx.memo.start_sent_for(&uid).is_some();
+    if stop_and_forget(&obj, &ctx).await && starting {
+        let span = tracing::Span::current();
+        tokio::spawn(
+            async move {
+                tokio::time::sleep(LAUNCH_HOLD + Duration::from_secs(1)).await;
+                stop_and_forget(&obj, &ctx).await;
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// Stops and forgets, looked at again while the stop runs (bounded by the give-up time, after
+/// which `cleanup` forgets anyway); `true` once done. An agent that cannot be asked (three
+/// failures) leaves it to the orphan sweep rather than hold a slot other deletions wait for.
+async fn stop_and_forget(obj: &Arc<SandboxProcess>, ctx: &Context) -> bool {
     let deadline = tokio::time::Instant::now() + CLEANUP_GIVE_UP + Duration::from_secs(10);
+    let mut failures = 0;
     loop {
         match cleanup(obj.clone(), ctx).await {
-            Ok(None) => return debug!("deleted object's process stopped and forgotten"),
+            Ok(None) => {
+                debug!("deleted object's process stopped and forgotten");
+                return true;
+            }
+            Ok(Some(_)) if tokio::time::Instant::now() >= deadline => {
+                warn!("deleted object's process not forgotten in time; left to the orphan sweep");
+                return false;
+            }
             Ok(Some(_)) => {}
-            Err(e) => warn!(error = %e, "cleanup of a deleted object"),
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return warn!("deleted object's process not forgotten in time; left to the sweep");
+            Err(e) if failures >= 2 => {
+                warn!(error = %e, "cleanup of a deleted object; left to the orphan sweep");
+                return false;
+            }
+            Err(e) => {
+                failures += 1;
+                debug!(error = %e, "cleanup of a deleted object; trying again");
+            }
         }
         tokio::time::sleep(RECHECK).await;
     }

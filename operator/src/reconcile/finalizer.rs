@@ -17,26 +17,32 @@ pub fn held(obj: &SandboxProcess) -> bool {
     obj.finalizers().iter().any(|f| f == FINALIZER)
 }
 
-/// A JSON patch adding the finalizer to `current` (the list as the copy holds it). Its test
-/// makes a list changed meanwhile fail the patch instead of being overwritten (a missing list
-/// tests equal to null).
-pub fn adding(current: &[String]) -> Value {
+/// A JSON patch adding the finalizer to `current` (the list as the copy of object `uid` holds
+/// it). Its tests make a list changed meanwhile, or another object of the same name (deleted and
+/// created again while a start was under way), fail the patch instead of being written over (a
+/// missing list tests equal to null).
+pub fn adding(current: &[String], uid: &str) -> Value {
+    let same = json!({"op": "test", "path": "/metadata/uid", "value": uid});
     if current.is_empty() {
         return json!([
+            same,
             {"op": "test", "path": "/metadata/finalizers", "value": null},
             {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
         ]);
     }
     json!([
+        same,
         {"op": "test", "path": "/metadata/finalizers", "value": current},
         {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
     ])
 }
 
-/// A JSON patch removing the finalizer from `current`; `None` when it is not there.
-pub fn removing(current: &[String]) -> Option<Value> {
+/// A JSON patch removing the finalizer from `current` (object `uid`'s); `None` when it is not
+/// there.
+pub fn removing(current: &[String], uid: &str) -> Option<Value> {
     let at = current.iter().position(|f| f == FINALIZER)?;
     Some(json!([
+        {"op": "test", "path": "/metadata/uid", "value": uid},
         {"op": "test", "path": "/metadata/finalizers", "value": current},
         {"op": "remove", "path": format!("/metadata/finalizers/{at}")},
     ]))
@@ -49,7 +55,7 @@ pub async fn add(api: &Api<SandboxProcess>, obj: &SandboxProcess) -> Result<(), 
     if held(obj) || obj.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }
-    let patch = adding(obj.finalizers());
+    let patch = adding(obj.finalizers(), &obj.uid().unwrap_or_default());
     match send(api, obj, patch).await {
         Err(Error::Finalizer(kube::Error::Api(e))) if matches!(e.code, 404 | 409 | 422) => {
             debug!(code = e.code, message = %e.message, "finalizer not added; the copy is behind");
@@ -61,7 +67,7 @@ pub async fn add(api: &Api<SandboxProcess>, obj: &SandboxProcess) -> Result<(), 
 
 /// Removes the finalizer once the process is stopped and forgotten (the object then goes).
 pub async fn remove(api: &Api<SandboxProcess>, obj: &SandboxProcess) -> Result<(), Error> {
-    let Some(patch) = removing(obj.finalizers()) else {
+    let Some(patch) = removing(obj.finalizers(), &obj.uid().unwrap_or_default()) else {
         return Ok(());
     };
     match send(api, obj, patch).await {
@@ -98,21 +104,24 @@ mod tests {
     /// removed from where it is, never from a list that changed.
     #[test]
     fn the_patches_add_and_remove_only_over_the_list_they_saw() {
-        let meta = |f: Value| json!({"metadata": {"name": "p", "finalizers": f}});
+        let meta = |f: Value| json!({"metadata": {"name": "p", "uid": "u1", "finalizers": f}});
         // The API server's JSON patch takes a missing member as null in a test (the Rust crate
         // here does not); the e2e tests add it to objects without the list.
         let none = meta(Value::Null);
-        let added = apply(adding(&[]), none).unwrap();
+        let added = apply(adding(&[], "u1"), none.clone()).unwrap();
         assert_eq!(added, meta(json!([FINALIZER])));
+        // Another object of the same name: refused.
+        assert!(apply(adding(&[], "u0"), none).is_err());
         let theirs = vec!["x.io/keep".to_string()];
-        let added = apply(adding(&theirs), meta(json!(["x.io/keep"]))).unwrap();
+        let added = apply(adding(&theirs, "u1"), meta(json!(["x.io/keep"]))).unwrap();
         assert_eq!(added, meta(json!(["x.io/keep", FINALIZER])));
         // The copy saw none, someone added theirs meanwhile: refused, theirs kept.
-        assert!(apply(adding(&[]), meta(json!(["x.io/keep"]))).is_err());
+        assert!(apply(adding(&[], "u1"), meta(json!(["x.io/keep"]))).is_err());
         let both = vec!["x.io/keep".to_string(), FINALIZER.to_string()];
-        let removed = apply(removing(&both).unwrap(), meta(json!(both))).unwrap();
+        let removed = apply(removing(&both, "u1").unwrap(), meta(json!(both))).unwrap();
         assert_eq!(removed, meta(json!(["x.io/keep"])));
-        assert!(apply(removing(&both).unwrap(), meta(json!([FINALIZER]))).is_err());
-        assert_eq!(removing(&theirs), None);
+        assert!(apply(removing(&both, "u1").unwrap(), meta(json!([FINALIZER]))).is_err());
+        assert!(apply(removing(&both, "u0").unwrap(), meta(json!(both))).is_err());
+        assert_eq!(removing(&theirs, "u1"), None);
     }
 }
