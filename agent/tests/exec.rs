@@ -793,8 +793,15 @@ async fn logs_cursors_replay_follow() {
     // Stream filter and maxBytes.
     let only_err = f.agent.logs(&r.exec_id, "stream=Stderr").await;
     assert_eq!(text(&only_err, None), expect_err);
+    // Up to maxBytes, but at least one frame: on a busy node the supervisor reads several
+    // lines at once, and one frame may be longer than the page.
     let page = f.agent.logs(&r.exec_id, "maxBytes=20").await;
-    assert!(text(&page, None).len() <= 20 && !text(&page, None).is_empty());
+    let frames = page
+        .iter()
+        .filter(|e| matches!(e, LogEvent::Data { .. }))
+        .count();
+    let got = text(&page, None);
+    assert!(!got.is_empty() && (got.len() <= 20 || frames == 1), "{page:?}");
     // A limited read is not the end: it says where more follows, and reading on from there
     // page by page gives everything, then the real end.
     let (all, pages) = read_on_in_pages(&f.agent, &r.exec_id, page).await;
