@@ -801,7 +801,10 @@ async fn logs_cursors_replay_follow() {
         .filter(|e| matches!(e, LogEvent::Data { .. }))
         .count();
     let got = text(&page, None);
-    assert!(!got.is_empty() && (got.len() <= 20 || frames == 1), "{page:?}");
+    assert!(
+        !got.is_empty() && (got.len() <= 20 || frames == 1),
+        "{page:?}"
+    );
     // A limited read is not the end: it says where more follows, and reading on from there
     // page by page gives everything, then the real end.
     let (all, pages) = read_on_in_pages(&f.agent, &r.exec_id, page).await;
