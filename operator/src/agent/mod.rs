@@ -117,6 +117,20 @@ mod tests {
         (Agents::new(client, None, pods, 9443, tx), rx)
     }
 
+    /// Agents whose pods' watch has not listed them yet (a new leader's first moments).
+    fn unlisted_agents() -> Arc<Agents> {
+        let w: Writer<Pod> = Writer::default();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let client = AgentClient::plain("/nonexistent".into()).unwrap();
+        Agents::new(
+            client,
+            None,
+            Some((w.as_reader(), Listed::new().1)),
+            9443,
+            tx,
+        )
+    }
+
     fn agent_pod(name: &str, node: &str, phase: &str, ip: Option<&str>) -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "namespace": "sandbox-system"},
@@ -202,16 +216,7 @@ mod tests {
         a.mark_unreachable(u1, "connect failed");
         assert_eq!(a.held_anywhere("x", None), Anywhere::NotYetKnown);
         // The agent pods not listed yet (a new leader's first moments): nothing is known.
-        let w: Writer<Pod> = Writer::default();
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let client = AgentClient::plain("/nonexistent".into()).unwrap();
-        let a = Agents::new(
-            client,
-            None,
-            Some((w.as_reader(), Listed::new().1)),
-            9443,
-            tx,
-        );
+        let a = unlisted_agents();
         assert_eq!(a.held_anywhere("x", None), Anywhere::NotYetKnown);
         // Without our TLS material no agent can be asked: waited for in our first minute of
         // leading, then not (the failed start says why in the status).
@@ -283,16 +288,7 @@ mod tests {
         assert!(a.missing.lock().unwrap().contains_key("n2"));
         assert!(a.listed_within(Duration::from_millis(10)).await);
         // Not listed yet (the watch's first list not in): not listed, after the wait.
-        let w: Writer<Pod> = Writer::default();
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let client = AgentClient::plain("/nonexistent".into()).unwrap();
-        let a = Agents::new(
-            client,
-            None,
-            Some((w.as_reader(), Listed::new().1)),
-            9443,
-            tx,
-        );
+        let a = unlisted_agents();
         assert!(!a.listed_within(Duration::from_millis(10)).await);
         assert_eq!(a.agent_url("n1"), None);
     }
