@@ -149,7 +149,9 @@ pub async fn run(
         .inspect_ok(move |ev| {
             marker.mark(ev);
             if let watcher::Event::Delete(e) = ev {
-                let _ = gone_tx.send(deleted::stamped(e.object()));
+                if deleted::needs_cleanup(e.meta()) {
+                    let _ = gone_tx.send(deleted::stamped(e.object()));
+                }
             }
         })
         .applied_objects();

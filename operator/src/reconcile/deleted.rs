@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
 use sandbox_api::crd::SandboxProcess;
 use tokio::sync::mpsc;
@@ -22,9 +22,10 @@ use crate::status::{self, LAUNCH_HOLD};
 const RECHECK: Duration = Duration::from_millis(500);
 
 /// Whether a deleted object's process is ours to stop here: not when our finalizer was on it
-/// (its removal, after the cleanup, is what deleted it).
-pub fn needs_cleanup(obj: &SandboxProcess) -> bool {
-    !finalizer::held(obj)
+/// (its removal, after the cleanup, is what deleted it). Asked of the watch's DELETED events
+/// before anything is built; an object whose status write found it gone never had it.
+pub fn needs_cleanup(meta: &ObjectMeta) -> bool {
+    !finalizer::held(meta)
 }
 
 /// The object as the deletion worker takes it: its give-up time counts from now, when its
@@ -33,7 +34,8 @@ pub fn stamped(obj: Arc<SandboxProcess>) -> Arc<SandboxProcess> {
     if obj.metadata.deletion_timestamp.is_some() {
         return obj;
     }
-    let mut obj = (*obj).clone();
+    // A settled entry's object is built for this call: taken, not copied.
+    let mut obj = Arc::unwrap_or_clone(obj);
     obj.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
     Arc::new(obj)
 }
@@ -48,9 +50,6 @@ pub async fn run(
     gone.for_each_concurrent(concurrency.max(1), |obj| {
         let ctx = ctx.clone();
         async move {
-            if !needs_cleanup(&obj) {
-                return;
-            }
             let span = tracing::info_span!("deleted", object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()));
             forget(obj, ctx).instrument(span).await
         }

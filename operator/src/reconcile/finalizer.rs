@@ -3,6 +3,7 @@
 //! life is the user's create, one status write and the user's delete. A deletion the finalizer
 //! did not hold up reaches the agent through the watch's DELETED event (`deleted`) or, if no
 //! operator was up, the sweep when one takes the lease (`controller::sweep_orphans`).
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use sandbox_api::crd::SandboxProcess;
@@ -13,8 +14,8 @@ use crate::reconcile::context::FINALIZER;
 use crate::reconcile::error::Error;
 
 /// Whether the object carries the operator's finalizer.
-pub fn held(obj: &SandboxProcess) -> bool {
-    obj.finalizers().iter().any(|f| f == FINALIZER)
+pub fn held(meta: &ObjectMeta) -> bool {
+    meta.finalizers.iter().flatten().any(|f| f == FINALIZER)
 }
 
 /// A JSON patch adding the finalizer to `current` (the list as the copy of object `uid` holds
@@ -52,7 +53,7 @@ pub fn removing(current: &[String], uid: &str) -> Option<Value> {
 /// or the object is being deleted, which takes no new finalizer) is not an error: the next
 /// reconcile sees the newer copy, and a deletion reaches the agent without the finalizer.
 pub async fn add(api: &Api<SandboxProcess>, obj: &SandboxProcess) -> Result<(), Error> {
-    if held(obj) || obj.metadata.deletion_timestamp.is_some() {
+    if held(&obj.metadata) || obj.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }
     let patch = adding(obj.finalizers(), &obj.uid().unwrap_or_default());
