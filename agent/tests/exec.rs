@@ -1328,7 +1328,7 @@ async fn a_full_state_filesystem_loses_output_not_the_exit() {
 }
 
 /// As on a node whose disk another writer filled: 2 MiB left when three processes start and write
-/// 16 MiB each at once; every one ends with its exit code (e2e/hostile's case, reproduced here).
+/// 16 MiB each at once; every one ends with its exit code (e2e/suites/hostile's case, reproduced here).
 #[tokio::test]
 async fn concurrent_writers_on_a_nearly_full_state_filesystem_keep_their_exits() {
     let t = agent_on_tmpfs("full-state", 128 << 20);
@@ -1372,7 +1372,7 @@ async fn concurrent_writers_on_a_nearly_full_state_filesystem_keep_their_exits()
 
 /// Output stops short of the filesystem's last 2 MiB (`ledger::OUTPUT_FLOOR`): a writer that fills
 /// the rest leaves the room a later start needs (1 MiB). Before, its output took every byte, and a
-/// start let in a moment earlier lost its supervisor to the full disk (e2e/hostile, in CI).
+/// start let in a moment earlier lost its supervisor to the full disk (e2e/suites/hostile, in CI).
 #[tokio::test]
 async fn output_leaves_the_room_starts_need() {
     let t = agent_on_tmpfs("floor-state", 128 << 20);

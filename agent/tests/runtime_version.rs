@@ -1,7 +1,7 @@
 //! Asking the runtime its version while the agent reaps every exited child of its own (as it
 //! does for supervisors): the answer must not depend on who collects the exit status. (The
 //! first version waited for the child and failed with ECHILD when the reaper had been faster:
-//! found by e2e/suite, where a start then failed.)
+//! found by e2e/suites/suite, where a start then failed.)
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

@@ -114,7 +114,7 @@ build_helm() {
   stamp helm "$HELM_VERSION"
 }
 
-# cosign for e2e/release (not part of `all`: only the release needs it). Its module has no
+# cosign for e2e/release/release (not part of `all`: only the release needs it). Its module has no
 # relative replace lines, so `go install module@version` builds it as published.
 build_cosign() {
   stamp_ok cosign "$COSIGN_VERSION" && return 0

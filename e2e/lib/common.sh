@@ -1,4 +1,4 @@
-# Shared settings and helpers of the e2e test cluster (sourced by e2e/cluster, e2e/images, e2e/smoke).
+# Shared settings and helpers of the e2e test cluster (sourced by e2e/cluster, e2e/images, e2e/suites/smoke).
 # shellcheck shell=bash disable=SC2034
 
 E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -286,8 +286,8 @@ cleanup_mounts() {
 
 # --- node agents' leftovers ---------------------------------------------------------------------
 # Supervisors outlive the agent pods by design (and the cluster's cgroups): after a test cluster
-# they are ours to end. Agent state dirs: the chart's default, e2e/agent-daemonset's, and the
-# host-run agents of e2e/operator and e2e/agent-cri (under /tmp/spo-*).
+# they are ours to end. Agent state dirs: the chart's default, e2e/suites/agent-daemonset's, and the
+# host-run agents of e2e/suites/operator and e2e/suites/agent-cri (under /tmp/spo-*).
 AGENT_STATE_DIRS="/var/lib/sandbox-agent /var/lib/sandbox-agent-e2e"
 
 # Pids of sandbox-supervisor processes whose state dir (argv[1]) is one of the test agents'.

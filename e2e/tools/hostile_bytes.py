@@ -2,7 +2,7 @@
 """Hostile characters through a process's output, a logMatch line and argv[0] into the status
 (issue 35): one sample of every class of Unicode scalar values, and bytes that are not UTF-8.
 
-  hostile_bytes.py manifests POD          SandboxProcess manifests (JSON list) for e2e/operator
+  hostile_bytes.py manifests POD          SandboxProcess manifests (JSON list) for e2e/suites/operator
   hostile_bytes.py check NAME < OBJ.json  checks one object's final status; prints what is wrong
 
 The objects: hb-out prints every class to stdout and to stderr (and invalid UTF-8, which the tail

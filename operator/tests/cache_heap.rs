@@ -12,7 +12,7 @@ mod common;
 use common::live;
 
 /// A final object as `kubectl apply` and the operator leave it: the shape of a live one
-/// (deploy/argocd's testdata), argv `true` as in e2e/bench.
+/// (deploy/argocd's testdata), argv `true` as in e2e/benches/bench.
 fn object(i: usize) -> Entry {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "sandbox.dev/v1alpha1", "kind": "SandboxProcess",

@@ -24,7 +24,7 @@ pub struct CriLookup {
     /// Lookups kept while the container's init process lives (same pid and start time): a
     /// container instance's id, pid, OCI spec and runtime cannot change during its life, and
     /// asking cost the runtime two calls per start, one of which serializes the whole spec
-    /// (~2 ms of containerd CPU per process, e2e/costbench). A restarted container has a new
+    /// (~2 ms of containerd CPU per process, e2e/benches/costbench). A restarted container has a new
     /// init process, so its entry is not used.
     known: Arc<Mutex<Known>>,
 }

@@ -1,4 +1,4 @@
-"""The handle API against the real cluster: e2e/clients runs this with SPO_NS (a namespace with a
+"""The handle API against the real cluster: e2e/suites/clients runs this with SPO_NS (a namespace with a
 running pod SPO_POD of the busybox workload image) and the kubeconfig in the environment. The
 same scenarios as the Rust library's tests (client/tests/cluster.rs)."""
 import os
@@ -22,14 +22,14 @@ MIN = 60
 @pytest.fixture(scope="module")
 def sb():
     ns = os.environ.get("SPO_NS")
-    assert ns, "SPO_NS is not set (run through e2e/clients)"
+    assert ns, "SPO_NS is not set (run through e2e/suites/clients)"
     return Sandbox(namespace=ns)
 
 
 @pytest.fixture(scope="module")
 def pod():
     pod = os.environ.get("SPO_POD")
-    assert pod, "SPO_POD is not set (run through e2e/clients)"
+    assert pod, "SPO_POD is not set (run through e2e/suites/clients)"
     return pod
 
 

@@ -234,7 +234,7 @@ def test_a_silent_log_connection_is_read_again_from_the_cursor():
 
 def _conformance(name: str):
     """clients/conformance/NAME: next to the package in the repository, or copied next to
-    the package's directory (e2e/clients copies both)."""
+    the package's directory (e2e/suites/clients copies both)."""
     import json
     import pathlib
     here = pathlib.Path(__file__).resolve().parents[1]

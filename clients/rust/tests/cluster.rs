@@ -1,4 +1,4 @@
-//! The handle API against a real cluster (`e2e/clients` runs these with `--ignored` after
+//! The handle API against a real cluster (`e2e/suites/clients` runs these with `--ignored` after
 //! creating namespace `$SPO_NS` with a running pod `$SPO_POD` of the busybox workload image).
 //! The Python package's pytest suite (clients/python/tests) runs the same scenarios.
 use std::time::Duration;
@@ -12,7 +12,8 @@ use sandbox_client::{
 const MIN: Option<Duration> = Some(Duration::from_secs(60));
 
 fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set (run through e2e/clients)"))
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set (run through e2e/suites/clients)"))
 }
 
 async fn sandbox() -> Sandbox {
@@ -48,7 +49,7 @@ async fn read_all(p: &sandbox_client::Process, after: Option<String>) -> String 
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn start_and_wait_gives_the_exit_code() {
     let sb = sandbox().await;
     let p = sb
@@ -68,7 +69,7 @@ async fn start_and_wait_gives_the_exit_code() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn wait_for_log_then_logs_after_its_cursor_neither_repeat_nor_skip() {
     let sb = sandbox().await;
     // The matched line and what follows it arrive in one write: the cursor must point inside it.
@@ -141,7 +142,7 @@ async fn wait_for_log_then_logs_after_its_cursor_neither_repeat_nor_skip() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn wait_for_port_sees_a_server_on_the_pods_loopback() {
     let sb = sandbox().await;
     // Listens on 127.0.0.1 only (a kubelet probe from the host could not see it) after 2 s.
@@ -211,7 +212,7 @@ async fn wait_for_port_sees_a_server_on_the_pods_loopback() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn kill_with_a_signal_is_128_plus_n() {
     let sb = sandbox().await;
     let p = sb
@@ -246,7 +247,7 @@ async fn kill_with_a_signal_is_128_plus_n() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn a_second_client_reattaches_by_id() {
     {
         let first = sandbox().await;
@@ -269,7 +270,7 @@ async fn a_second_client_reattaches_by_id() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn starting_twice_with_one_id_is_one_process() {
     let sb = sandbox().await;
     let start = || Start::new(pod(), ["sh", "-c", "echo started; sleep 2"]).id("rs-idem");
@@ -301,7 +302,7 @@ async fn starting_twice_with_one_id_is_one_process() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn output_of_a_process_over_the_retention_is_truncated() {
     let sb = sandbox().await;
     // 70 MiB through the agent's 64 MiB retention.
@@ -330,7 +331,7 @@ async fn output_of_a_process_over_the_retention_is_truncated() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn errors_carry_the_status_code() {
     let sb = sandbox().await;
     let p = sb
@@ -411,7 +412,7 @@ async fn errors_carry_the_status_code() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn stdin_goes_in_once_and_closes() {
     let sb = sandbox().await;
     let p = sb
@@ -435,7 +436,7 @@ async fn stdin_goes_in_once_and_closes() {
 /// issue 35: `start(pod, [...], stdin)` then at once `send_stdin` waits for the start (no 400
 /// "has not started a process"), and the output is complete.
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn stdin_right_after_the_start_waits_for_it() {
     let sb = sandbox().await;
     let p = sb
@@ -457,7 +458,7 @@ async fn stdin_right_after_the_start_waits_for_it() {
 /// Every call that needs a started process says why there is none: the start's own error
 /// (a missing pod: `PodNotFound` when its wait runs out; a missing container: at once).
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn calls_on_a_process_that_cannot_start_raise_the_start_error() {
     let sb = sandbox().await;
     let short = Some(Duration::from_secs(3));
@@ -531,7 +532,7 @@ async fn calls_on_a_process_that_cannot_start_raise_the_start_error() {
 
 /// A writer to a process that does not read is told (once), and goes on waiting.
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn a_stdin_writer_is_told_when_the_process_does_not_read() {
     let sb = sandbox().await;
     let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -572,7 +573,7 @@ async fn read_previous(p: &sandbox_client::Process) -> String {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn a_failing_process_restarts_and_its_previous_run_is_read() {
     let sb = sandbox().await;
     let p = sb
@@ -641,7 +642,7 @@ async fn a_failing_process_restarts_and_its_previous_run_is_read() {
 /// per command): start by id (once), wait with the exit code, output by stream, stdin, a stop
 /// (no spec.stop to set: the signal subresource's stop), list and reattach.
 #[tokio::test]
-#[ignore = "needs the test cluster (e2e/clients)"]
+#[ignore = "needs the test cluster (e2e/suites/clients)"]
 async fn the_process_door_has_the_same_handle() {
     let sb = sandbox().await.with_door(sandbox_client::Door::Process);
     let start = || Start::new(pod(), ["sh", "-c", "echo out; echo err >&2; exit 7"]).id("rs-door");

@@ -1,6 +1,6 @@
-//! The node agent and the operator e2e/operator runs on this host instead of the chart's
+//! The node agent and the operator e2e/suites/operator runs on this host instead of the chart's
 //! release: their endpoints (from the suite's environment) and the suite's hooks that restart
-//! them (e2e/lib/operator-hooks.sh), for the tests of tests/operator*.rs.
+//! them (e2e/suites/lib/operator-hooks.sh), for the tests of tests/operator*.rs.
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -16,7 +16,7 @@ pub struct Host {
 }
 
 impl Host {
-    /// From what e2e/operator exports (SPO_AGENT_URL, SPO_AGENT_TOKEN_FILE,
+    /// From what e2e/suites/operator exports (SPO_AGENT_URL, SPO_AGENT_TOKEN_FILE,
     /// SPO_OPERATOR_METRICS_URL).
     pub fn from_env() -> Result<Host> {
         let token_file = env("SPO_AGENT_TOKEN_FILE");
@@ -59,8 +59,8 @@ impl Host {
     }
 }
 
-/// `e2e/lib/operator-hooks.sh ARGS` (start-operator, restart-operator, ...); must succeed.
+/// `e2e/suites/lib/operator-hooks.sh ARGS` (start-operator, restart-operator, ...); must succeed.
 pub async fn hook(args: &[&str]) -> Result<String> {
-    let script = crate::repo_root().join("e2e/lib/operator-hooks.sh");
+    let script = crate::repo_root().join("e2e/suites/lib/operator-hooks.sh");
     cmd::ok(script.to_str().context("repository path")?, args).await
 }

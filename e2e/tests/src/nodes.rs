@@ -1,4 +1,4 @@
-//! e2e/nodes' three nodes (`e2e/cluster up --nodes 3`): their names, their agents' ledgers as the
+//! e2e/suites/nodes' three nodes (`e2e/cluster up --nodes 3`): their names, their agents' ledgers as the
 //! host sees them, pods pinned to one node, processes that wait for a file to end (released
 //! through the cluster or, for a node nothing reaches, from the host), and a status read as one
 //! row "phase code error endReason" as the bash suite read it.

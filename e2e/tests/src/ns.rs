@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::cmd;
 
 /// Namespaces made here carry this label, its value the test binary's name (`suite` for
-/// tests/suite.rs): e2e/lib/rust.sh deletes what a killed run of that binary left.
+/// tests/suite.rs): e2e/suites/lib/rust.sh deletes what a killed run of that binary left.
 pub const LABEL: &str = "e2e.sandbox.dev/temporary";
 
 /// This test binary's name without cargo's hash (target/debug/deps/suite-0123abcd → suite).

@@ -58,7 +58,7 @@ pub async fn pod_port(client: &Client, component: &str, name: &str) -> Result<(P
 }
 
 /// The host pid of the release's operator process: a `sandbox-operator` in its pod's cgroup
-/// (not any other process of that name, e.g. one e2e/operator runs on the host).
+/// (not any other process of that name, e.g. one e2e/suites/operator runs on the host).
 pub async fn operator_pid(client: &Client) -> Result<u32> {
     let (pod, _) = pod_port(client, "operator", "api").await?;
     let uid = pod.uid().context("operator pod uid")?;

@@ -1,4 +1,4 @@
-//! Two tenants of a shared cluster (e2e/hostile): a hostile one — a ServiceAccount with only the
+//! Two tenants of a shared cluster (e2e/suites/hostile): a hostile one — a ServiceAccount with only the
 //! `edit` ClusterRole in its own namespace, acting through [`TestNs::as_user`] as `kubectl --as`
 //! did — and another tenant whose ordinary processes must keep running whatever the first does.
 use std::future::Future;

@@ -1,4 +1,4 @@
-//! What e2e/upgrade's test drives: `helm upgrade` and `helm rollback` as a user runs them, and
+//! What e2e/suites/upgrade's test drives: `helm upgrade` and `helm rollback` as a user runs them, and
 //! clients that loop on one operation meanwhile, each attempt bounded and timed, so the longest
 //! time an operation kept failing can be told (docs/benchmarks.md, "Upgrade and rollback").
 use std::future::Future;

@@ -1,7 +1,7 @@
 //! The streaming attach (`sandboxprocesses/attach`, a WebSocket through the API server's
 //! aggregation proxy) as the Rust client uses it: stdin and output on one connection, the exit
 //! code at its end, resuming output and stdin across reconnects, a terminal resized through it,
-//! and who may attach. Run by e2e/suite.
+//! and who may attach. Run by e2e/suites/suite.
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Result};
@@ -19,7 +19,7 @@ async fn exit_of(out: &mut AttachOutput) -> Result<(Vec<u8>, i32)> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn attach_carries_stdin_and_both_streams_and_ends_with_the_exit_code() {
     with_ns("attach-rpc", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -65,7 +65,7 @@ async fn attach_carries_stdin_and_both_streams_and_ends_with_the_exit_code() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_second_attach_from_the_first_ones_cursor_repeats_and_misses_nothing() {
     with_ns("attach-resume", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -108,7 +108,7 @@ async fn a_second_attach_from_the_first_ones_cursor_repeats_and_misses_nothing()
 /// 8 MiB into `sha256sum` over attaches cut mid-stream: each reconnect asks where stdin is and
 /// sends from there, so the digest is that of the bytes sent, each taken once.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn stdin_over_cut_attaches_arrives_exactly_once() {
     with_ns("attach-once", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -157,7 +157,7 @@ async fn stdin_over_cut_attaches_arrives_exactly_once() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_terminal_resized_through_the_attach_sees_its_new_size() {
     with_ns("attach-tty", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -208,7 +208,7 @@ async fn attach_as(t: &TestNs, user: &str) -> Result<Result<(), String>> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn edit_may_attach_view_and_edit_without_pods_exec_may_not() {
     with_ns("attach-rbac", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -275,7 +275,7 @@ rules:
 /// up front, `StdinUnavailable`, not `StdinOffsetMismatch` at the first key (issue 47); without
 /// stdin it attaches and reads on.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn attaching_stdin_to_a_closed_one_says_it_is_closed() {
     with_ns("attach-closed", |t| async move {
         t.pods([pod("work", None)]).await?;

@@ -1,8 +1,8 @@
-//! e2e/certs' mode cert-manager checks. No cert-manager controller can be built here (its cmd
+//! e2e/suites/certs' mode cert-manager checks. No cert-manager controller can be built here (its cmd
 //! modules are not served by the Go module proxy), so the test plays it exactly where it acts:
 //! it writes the CA Secret and the serving Secret as cert-manager's CA Issuer does (ECDSA P-256,
 //! `tls.crt`, `tls.key`, `ca.crt`, made with openssl) and moves the APIService's `caBundle` as
-//! its cainjector does. e2e/certs deploys the release with `certificates.mode=cert-manager`
+//! its cainjector does. e2e/suites/certs deploys the release with `certificates.mode=cert-manager`
 //! first (SPO_CERTS_NS, SPO_CERTS_FULL name it).
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -335,7 +335,7 @@ async fn log_served(t: &TestNs, name: &str, secs: u64) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/certs"]
+#[ignore = "needs the test cluster: run by e2e/suites/certs"]
 async fn the_release_rerendered_for_cert_manager_runs_the_operator_as_the_certificates_reader() {
     let (ns, full) = (env("SPO_CERTS_NS"), env("SPO_CERTS_FULL"));
     let deploy = format!("{full}-operator");
@@ -357,7 +357,7 @@ async fn the_release_rerendered_for_cert_manager_runs_the_operator_as_the_certif
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/certs"]
+#[ignore = "needs the test cluster: run by e2e/suites/certs"]
 async fn cert_manager_ca_renewal_keeps_the_old_ca_trusted_until_every_leaf_has_rolled() {
     with_ns("certs-cm", |t| async move {
         let dir = std::env::temp_dir().join(format!("spo-{}", t.name));

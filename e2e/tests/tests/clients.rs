@@ -1,4 +1,4 @@
-//! e2e/clients' own assertions (the clients' scenarios themselves are clients/rust/tests and
+//! e2e/suites/clients' own assertions (the clients' scenarios themselves are clients/rust/tests and
 //! clients/python/tests): the `sandboxprocesses/probe` subresource's authorization and input.
 use anyhow::{bail, ensure, Result};
 use sandbox_e2e::manifests::{pod, sbp};
@@ -28,7 +28,7 @@ async fn refused(t: &TestNs, who: &str, body: Value) -> Result<String> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/clients"]
+#[ignore = "needs the test cluster: run by e2e/suites/clients"]
 async fn port_checks_edit_may_view_and_no_pods_exec_may_not_and_bad_input_is_named() {
     with_ns("clients-probe", |t| async move {
         t.pods([pod("work", None)]).await?;

@@ -1,4 +1,4 @@
-//! e2e/hostile's cases that may run side by side: a tenant (a ServiceAccount with only `edit`)
+//! e2e/suites/hostile's cases that may run side by side: a tenant (a ServiceAccount with only `edit`)
 //! tries what a shared cluster must survive, and after each the other tenant's processes run on
 //! and nothing of the release restarted (`Tenants::others_fine`). The cases that take the whole
 //! node or measure it run one at a time in tests/hostile_node.rs.
@@ -28,7 +28,7 @@ async fn refused_naming(t: &Tenants, o: Value, field: &str) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/hostile"]
+#[ignore = "needs the test cluster: run by e2e/suites/hostile"]
 async fn extreme_durations_of_2_63_minus_1_are_refused_at_apply_naming_the_field() {
     with_tenants(
         "hostile-durations",
@@ -55,7 +55,7 @@ async fn extreme_durations_of_2_63_minus_1_are_refused_at_apply_naming_the_field
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/hostile"]
+#[ignore = "needs the test cluster: run by e2e/suites/hostile"]
 async fn hostile_resource_limits_are_refused_by_name_and_nothing_starts() {
     with_tenants(
         "hostile-limits",
@@ -104,7 +104,7 @@ async fn hostile_resource_limits_are_refused_by_name_and_nothing_starts() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/hostile"]
+#[ignore = "needs the test cluster: run by e2e/suites/hostile"]
 async fn a_fork_bomb_under_a_pids_limit_stays_bounded_and_ends_cleanly() {
     with_tenants(
         "hostile-forkbomb",
@@ -175,7 +175,7 @@ async fn a_fork_bomb_under_a_pids_limit_stays_bounded_and_ends_cleanly() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/hostile"]
+#[ignore = "needs the test cluster: run by e2e/suites/hostile"]
 async fn idle_tcp_connections_to_the_subresource_api_do_not_stop_it_serving() {
     with_tenants("hostile-idle", vec![], |t| async move {
         let (op, port) = release::pod_port(&t.admin.client, "operator", "api").await?;

@@ -1,4 +1,4 @@
-//! e2e/hostile's cases that take the whole node or measure it, run one at a time (e2e/hostile:
+//! e2e/suites/hostile's cases that take the whole node or measure it, run one at a time (e2e/suites/hostile:
 //! `rust_tests hostile_node 1`): 16 long-grace deletes timed against an idle median, the agent's
 //! state-dir filesystem filled (every process on node 1 shares it), the agent's CPU under 200
 //! follows, and a follow's operator→agent connection blackholed. Each is a tenant's act; after
@@ -30,7 +30,7 @@ async fn host(program: &str, args: &[&str]) -> Result<String> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/hostile"]
+#[ignore = "needs the test cluster: run by e2e/suites/hostile"]
 async fn long_grace_deletes_of_16_term_ignoring_processes_do_not_hold_other_tenants() {
     with_tenants("hostile-grace", victim(), |t| async move {
         let idle = t.median_ms(5).await?;
@@ -116,10 +116,10 @@ fn shows_a_loss(log: &str) -> bool {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/hostile"]
+#[ignore = "needs the test cluster: run by e2e/suites/hostile"]
 async fn a_full_state_dir_keeps_exit_codes_exact_shows_the_loss_and_starts_after() {
     with_tenants("hostile-full", victim(), |t| async move {
-        // The agent's state dir: a 128 MiB tmpfs of its own that e2e/hostile deployed it with.
+        // The agent's state dir: a 128 MiB tmpfs of its own that e2e/suites/hostile deployed it with.
         let state = env("SPO_HOSTILE_STATE");
         let fill = Fill(PathBuf::from(&state).join("spo-hostile-fill"));
         // Another writer on the node takes all but 3 MiB of it.
@@ -286,7 +286,7 @@ async fn follow_hops(t: &Tenants) -> String {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/hostile"]
+#[ignore = "needs the test cluster: run by e2e/suites/hostile"]
 async fn two_hundred_follows_on_one_quiet_process_are_served_with_the_agent_near_idle() {
     with_tenants("hostile-follows", victim(), |t| async move {
         let script = "while [ ! -e /tmp/spo-wake ]; do sleep 0.5; done; echo wake-up-line; sleep 2; exit 5";
@@ -429,7 +429,7 @@ fn counts(s: &Seen) -> String {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/hostile"]
+#[ignore = "needs the test cluster: run by e2e/suites/hostile"]
 async fn a_follow_whose_agent_connection_dies_silently_resumes_without_gap_or_repeat() {
     with_tenants("hostile-silent", victim(), |t| async move {
         let script = r#"while [ ! -e /tmp/spo-burst ]; do sleep 0.2; done; head -c 300000 /dev/zero | tr "\0" x; echo; while [ ! -e /tmp/spo-after ]; do sleep 0.2; done; echo after-line; sleep 1; exit 6"#;

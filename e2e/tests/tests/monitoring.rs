@@ -1,7 +1,7 @@
 //! The chart's monitoring, proven with a real Prometheus (Debian's, on the host): it scrapes the
 //! release's operator and every agent, loads the chart's PrometheusRule, and after a workload
 //! every query of the chart's Grafana dashboard returns data and every alert rule evaluates.
-//! Run by e2e/suite (`rust_tests monitoring 1`).
+//! Run by e2e/suites/suite (`rust_tests monitoring 1`).
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -195,7 +195,7 @@ impl Prometheus {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn prometheus_scrapes_every_component_and_every_dashboard_query_returns_data() {
     with_ns("monitoring", |t| async move {
         let dir = Scratch::new(&t.name)?;

@@ -1,4 +1,4 @@
-//! e2e/nodes' checks that fault nothing, side by side on the 3-node cluster (`rust_tests nodes`):
+//! e2e/suites/nodes' checks that fault nothing, side by side on the 3-node cluster (`rust_tests nodes`):
 //! one agent per node, routing of 30 processes over the nodes, the chart's NetworkPolicy, and
 //! pods moved to another node while their starts are in flight. The faults are in
 //! tests/nodes_faults.rs.
@@ -23,7 +23,7 @@ fn ready(p: &Pod) -> String {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/nodes"]
+#[ignore = "needs the test cluster: run by e2e/suites/nodes"]
 async fn three_nodes_ready_with_one_agent_each() {
     with_ns("nodes-agents", |t| async move {
         println!("{}", cmd::kubectl(&["get", "nodes", "-o", "wide"]).await?);
@@ -119,7 +119,7 @@ async fn route_misses(t: &TestNs, i: i32, k: u8, pod: &str) -> Result<Vec<String
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/nodes"]
+#[ignore = "needs the test cluster: run by e2e/suites/nodes"]
 async fn thirty_processes_over_3_nodes_each_on_its_pods_node_and_agent_with_exact_codes() {
     with_ns("nodes-routing", |t| async move {
         t.pods(routing_pods()).await?;
@@ -283,7 +283,7 @@ fn fake_operator() -> Value {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/nodes"]
+#[ignore = "needs the test cluster: run by e2e/suites/nodes"]
 async fn network_policy_only_the_operator_reaches_the_agents_api_port_on_every_node() {
     with_ns("nodes-netpol", |t| async move {
         with_ns("nodes-fake", move |f| async move { netpol(&t, &f).await }).await;
@@ -415,7 +415,7 @@ async fn move_mid_start(t: &TestNs, i: u32) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/nodes"]
+#[ignore = "needs the test cluster: run by e2e/suites/nodes"]
 async fn pods_recreated_on_another_node_mid_start_never_run_on_both_nodes() {
     with_ns("nodes-moved", |t| async move {
         t.pods((1..=10).map(|i| node_pod(&format!("mv-{i}"), 3, false))).await?;

@@ -1,9 +1,9 @@
-//! e2e/nodes' checks that fault a node or the operator, one at a time (`rust_tests nodes_faults
+//! e2e/suites/nodes' checks that fault a node or the operator, one at a time (`rust_tests nodes_faults
 //! 1`) after tests/nodes.rs: node 2's agent deleted, node 3 partitioned and powered off, node 2
 //! drained, a leader gone mid-start, and the leader's node powered off. Each puts back what it
 //! faulted (node connected and started, controllers resumed, node uncordoned, admission policy
 //! deleted, operator scaled back), whatever its outcome. libtest runs them in name order: the
-//! failover, which redeploys the operator on nodes 2 and 3, is named to come last (e2e/nodes
+//! failover, which redeploys the operator on nodes 2 and 3, is named to come last (e2e/suites/nodes
 //! deploys the defaults at its end).
 use std::time::{Duration, Instant};
 
@@ -76,7 +76,7 @@ impl Misses {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/nodes"]
+#[ignore = "needs the test cluster: run by e2e/suites/nodes"]
 async fn agent_of_node_2_deleted_nodes_1_and_3_undisturbed_node_2_ends_meanwhile_with_exact_codes()
 {
     with_ns("nodes-agent", |t| async move {
@@ -154,7 +154,7 @@ async fn agent_of_node_2_deleted_nodes_1_and_3_undisturbed_node_2_ends_meanwhile
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/nodes"]
+#[ignore = "needs the test cluster: run by e2e/suites/nodes"]
 async fn node_3_partitioned_process_lost_after_the_grace_and_real_exits_after_reconnect() {
     with_ns("nodes-partition", |t| async move {
         let mut pods = a_pods();
@@ -220,7 +220,7 @@ async fn partitioned(t: &TestNs) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/nodes"]
+#[ignore = "needs the test cluster: run by e2e/suites/nodes"]
 async fn node_3_powered_off_process_lost_and_pods_deleted_or_replaced_meanwhile_are_stale() {
     with_ns("nodes-off", |t| async move {
         let mut pods = a_pods();
@@ -309,7 +309,7 @@ async fn powered_off(t: &TestNs) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/nodes"]
+#[ignore = "needs the test cluster: run by e2e/suites/nodes"]
 async fn drain_of_node_2_ends_its_processes_as_pod_deleted() {
     with_ns("nodes-drain", |t| async move {
         t.pods([node_pod("r2-a", 2, false), node_pod("r2-b", 2, true)])
@@ -357,7 +357,7 @@ spec:
     - {apiGroups: [sandbox.dev], apiVersions: ["*"], operations: [UPDATE], resources: [sandboxprocesses/status]}
   validations:
   - expression: "!has(object.metadata.labels) || !('e2e-hold-status' in object.metadata.labels)"
-    message: status writes held by e2e/nodes
+    message: status writes held by e2e/suites/nodes
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -376,7 +376,7 @@ async fn scale_operator(n: u8) -> Result<()> {
 /// 0: its memory of the start goes with it), and the pod is re-created on another node
 /// meanwhile. The next leader must find the process on node 3's agent and not start it there.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/nodes"]
+#[ignore = "needs the test cluster: run by e2e/suites/nodes"]
 async fn leader_gone_between_a_start_and_its_status_never_starts_it_on_the_new_node() {
     with_ns("nodes-leader", |t| async move {
         t.pods([node_pod("dl-a", 3, false)]).await?;
@@ -583,7 +583,7 @@ async fn leader_off_node_1(t: &TestNs) -> Result<(String, u8)> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/nodes"]
+#[ignore = "needs the test cluster: run by e2e/suites/nodes"]
 async fn with_2_replicas_the_leaders_node_powered_off_the_other_leads_and_each_runs_once() {
     with_ns("nodes-failover", |t| async move {
         t.pods([node_pod("r1-a", 1, false)]).await?;

@@ -1,4 +1,4 @@
-//! e2e/operator's assertions: the user-facing contract of the operator and agent that e2e/operator
+//! e2e/suites/operator's assertions: the user-facing contract of the operator and agent that e2e/suites/operator
 //! runs on this host (not the chart's release; the agent against node 1's containerd, so every
 //! pod is on node 1). The operator acts on every namespace: each test has its own and its pods.
 //! Tests that restart the operator or need it to themselves are in operator_faults.rs.
@@ -53,7 +53,7 @@ async fn kubectl_within(t: &TestNs, secs: u64, args: &[&str]) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn one_shot_exit_code_end_reason_conditions_and_output() {
     with_ns("op-exit", |t| async move {
         t.pods([pod("target", None)]).await?;
@@ -84,7 +84,7 @@ async fn one_shot_exit_code_end_reason_conditions_and_output() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn kubectl_wait_for_succeeded_then_the_status_and_printer_columns() {
     with_ns("op-wait", |t| async move {
         t.pods([pod("target", None)]).await?;
@@ -128,7 +128,7 @@ async fn kubectl_wait_for_succeeded_then_the_status_and_printer_columns() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn events_started_exited_and_failed() {
     with_ns("op-events", |t| async move {
         t.pods([pod("target", None)]).await?;
@@ -147,7 +147,7 @@ async fn events_started_exited_and_failed() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn timeout_seconds_ends_it_timed_out() {
     with_ns("op-timeout", |t| async move {
         t.pods([pod("target", None)]).await?;
@@ -168,7 +168,7 @@ async fn timeout_seconds_ends_it_timed_out() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn stop_true_stops_the_process_group_once() {
     with_ns("op-stop", |t| async move {
         t.pods([pod("target", None)]).await?;
@@ -196,7 +196,7 @@ async fn stop_true_stops_the_process_group_once() {
 
 /// Real-time signals (34-64) were once reaped and lost: the object stayed Running forever.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn real_time_signals_kill_and_stop_and_the_objects_delete_at_once() {
     with_ns("op-rtsig", |t| async move {
         t.pods([pod("target", None)]).await?;
@@ -237,7 +237,7 @@ async fn real_time_signals_kill_and_stop_and_the_objects_delete_at_once() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn delete_while_running_stops_and_forgets_the_process() {
     with_ns("op-delete", |t| async move {
         let host = Host::from_env()?;
@@ -263,7 +263,7 @@ async fn delete_while_running_stops_and_forgets_the_process() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn pod_replaced_under_a_running_process_is_a_stale_handle() {
     with_ns("op-replaced", |t| async move {
         t.pods([pod("victim", None)]).await?;
@@ -302,7 +302,7 @@ async fn pod_replaced_under_a_running_process_is_a_stale_handle() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn applied_before_its_pod_waits_pod_not_found_then_runs() {
     with_ns("op-early", |t| async move {
         t.apply_sbp(sbp("early", "late", sh("echo early", Value::Null)))
@@ -324,7 +324,7 @@ async fn applied_before_its_pod_waits_pod_not_found_then_runs() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn container_not_in_the_pod_is_container_not_found() {
     with_ns("op-nocontainer", |t| async move {
         t.pods([pod("target", None)]).await?;
@@ -346,7 +346,7 @@ async fn container_not_in_the_pod_is_container_not_found() {
 /// A pod whose RuntimeClass handler is not runc-compatible (e2e-foreign: its own shim type, see
 /// e2e/cluster) gets a final RuntimeUnsupported naming the handler, and nothing runs in it.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn runtime_class_the_agent_cannot_exec_into_is_runtime_unsupported() {
     with_ns("op-foreign", |t| async move {
         let class = "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: e2e-foreign}\nhandler: e2e-foreign\n";
@@ -385,7 +385,7 @@ async fn runtime_class_the_agent_cannot_exec_into_is_runtime_unsupported() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn start_deadline_passed_before_the_start_is_start_deadline_exceeded() {
     with_ns("op-deadline", |t| async move {
         // The pod never comes: a final Error when the deadline passes, counted from the creation.
@@ -412,7 +412,7 @@ async fn start_deadline_passed_before_the_start_is_start_deadline_exceeded() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn pod_replaced_before_the_start_is_not_the_target() {
     with_ns("op-pinned", |t| async move {
         // First seen: a pod whose container cannot run yet (its image is not there); replaced
@@ -451,7 +451,7 @@ async fn pod_replaced_before_the_start_is_not_the_target() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn object_gone_without_its_finalizer_has_its_orphan_stopped_and_forgotten() {
     with_ns("op-orphan", |t| async move {
         // The object vanishes without its finalizer running (removed by hand): the operator's
@@ -494,7 +494,7 @@ async fn object_gone_without_its_finalizer_has_its_orphan_stopped_and_forgotten(
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn ttl_seconds_after_finished_deletes_the_object() {
     with_ns("op-ttl", |t| async move {
         t.pods([pod("target", None)]).await?;
@@ -523,7 +523,7 @@ async fn ttl_seconds_after_finished_deletes_the_object() {
 /// for the API server's YAML decoder, hb-out stayed Running forever ("control characters are not
 /// allowed").
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn every_unicode_class_in_output_log_match_and_argv0_arrives_byte_for_byte() {
     with_ns("op-hostile", |t| async move {
         let hb = sandbox_e2e::repo_root().join("e2e/tools/hostile_bytes.py");
@@ -604,7 +604,7 @@ async fn patch_refused(t: &TestNs, name: &str, patch: &str, what: &str) -> Resul
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn invalid_manifests_are_rejected_at_apply_naming_the_field() {
     with_ns("op-invalid", |t| async move {
         let x = r#"command: ["x"]"#;
@@ -676,7 +676,7 @@ type Seen = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, W
 /// tests) is shown Running and costs a long process's writes (≤ 6 to final, ≤ 2 to deletion);
 /// at most 2 of 40 may. docs/writes.md says why each remains.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn a_short_process_costs_at_most_three_api_writes() {
     with_ns("op-writes", |t| async move {
         t.pods([pod("target", None)]).await?;

@@ -1,6 +1,6 @@
-//! e2e/operator's assertions that need the host-run operator to themselves, run one at a time
+//! e2e/suites/operator's assertions that need the host-run operator to themselves, run one at a time
 //! (`rust_tests operator_faults 1`) after tests/operator.rs: a restart of the operator (its hook,
-//! e2e/lib/operator-hooks.sh), and counts of the operator's metrics that any other test's status
+//! e2e/suites/lib/operator-hooks.sh), and counts of the operator's metrics that any other test's status
 //! writes would move.
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use sandbox_e2e::{cmd, field, metrics, with_ns, TestNs};
 use serde_json::{json, Value};
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn operator_restarted_mid_run_adopts_without_a_second_process() {
     with_ns("opf-restart", |t| async move {
         t.pods([pod("target", None)]).await?;
@@ -38,7 +38,7 @@ async fn operator_restarted_mid_run_adopts_without_a_second_process() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn no_status_writes_while_nothing_changes() {
     with_ns("opf-quiet", |t| async move {
         let host = Host::from_env()?;
@@ -80,7 +80,7 @@ spec:
     - {apiGroups: [sandbox.dev], apiVersions: ["*"], operations: [UPDATE], resources: [sandboxprocesses/status]}
   validations:
   - expression: "!has(object.status.output) || !object.status.output.tail.contains('REFUSE-ME')"
-    message: tail refused by e2e/operator
+    message: tail refused by e2e/suites/operator
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -93,7 +93,7 @@ spec: {policyName: spo-e2e-refuse-tail, validationActions: [Deny]}
 /// a note saying why, a StatusWithheld Event, counted in sandbox_operator_status_writes_withheld;
 /// the refused status is not sent again and again (failed writes stay put once it is final).
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn status_refused_for_its_content_is_written_withheld_once_and_says_so() {
     with_ns("opf-withheld", |t| async move {
         t.pods([pod("target", None)]).await?;
@@ -160,7 +160,7 @@ async fn withheld(t: &TestNs) -> Result<()> {
 /// sets it; the CRD goes back (the API server then prunes the field from the object it serves);
 /// once its pod exists the process is refused, naming the field, and never runs.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn a_field_of_a_newer_release_refuses_the_start_after_a_rollback() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, PostParams};
@@ -269,7 +269,7 @@ async fn a_field_of_a_newer_release_refuses_the_start_after_a_rollback() {
 /// finalizer (not added yet, or removed): the operator that takes the lease stops and forgets it
 /// at once, not at its next periodic sweep (set to 5 minutes here): within 10 s of its return.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/operator"]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn deleted_while_no_operator_was_up_is_stopped_when_one_returns() {
     with_ns("opf-gone", |t| async move {
         let host = Host::from_env()?;

@@ -1,4 +1,4 @@
-//! The `processes` resource, served from the nodes (e2e/suite): create, get, list, watch and
+//! The `processes` resource, served from the nodes (e2e/suites/suite): create, get, list, watch and
 //! delete through the API server as kubectl and kube-rs use them; a second create; the rights of
 //! `kubectl exec`; bad input named by field; the end's ttl. Each test has its own namespace.
 use std::collections::BTreeMap;
@@ -21,7 +21,7 @@ fn kube_status(e: &anyhow::Error) -> Option<(u16, String, String)> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_process_runs_and_reads_as_any_resource() {
     with_ns("proc-basic", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -122,7 +122,7 @@ async fn a_process_runs_and_reads_as_any_resource() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_second_create_returns_the_first_or_conflicts() {
     with_ns("proc-twice", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -166,7 +166,7 @@ async fn a_second_create_returns_the_first_or_conflicts() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn the_rights_are_those_of_kubectl_exec() {
     with_ns("proc-rights", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -250,7 +250,7 @@ async fn the_rights_are_those_of_kubectl_exec() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn bad_input_is_refused_naming_the_field() {
     with_ns("proc-bad", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -284,7 +284,7 @@ async fn bad_input_is_refused_naming_the_field() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn an_ended_process_goes_after_its_ttl() {
     with_ns("proc-ttl", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -307,7 +307,7 @@ async fn an_ended_process_goes_after_its_ttl() {
 /// kube-rs's watcher over the resource: every process seen in its final state with its exact
 /// exit code, and nothing invented.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_watcher_sees_each_process_end_with_its_code() {
     with_ns("proc-watch", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -370,7 +370,7 @@ where
 
 /// A namespace deleted: its processes go too (stopped, forgotten), as its SandboxProcesses do.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_deleted_namespace_takes_its_processes() {
     with_ns("proc-nsgone", |t| async move {
         // A second namespace of this test's, labelled as temporary too (a killed run's is swept).
@@ -420,7 +420,7 @@ async fn a_deleted_namespace_takes_its_processes() {
 /// on the server (no `/openapi/v2` fetched before a create), `explain` works, and `label`,
 /// `annotate` and `patch` change labels and annotations and nothing else.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn kubectl_validates_explains_and_relabels_a_process() {
     with_ns("proc-kubectl", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -514,7 +514,7 @@ async fn read_log(
 /// A Process has the subresources of a SandboxProcess, through its own group: its output (with
 /// cursors), stdin, signals.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_process_has_the_subresources_of_a_sandbox_process() {
     with_ns("proc-sub", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -603,7 +603,7 @@ async fn a_process_has_the_subresources_of_a_sandbox_process() {
 /// SubjectAccessReview before anything is read), never in the object; refused naming the
 /// Secret and the field for a caller who may exec into the pod but not read the Secret.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn env_from_a_secret_needs_get_on_it_and_stays_out_of_the_object() {
     with_ns("proc-env", |t| async move {
         t.pods([pod("work", None)]).await?;

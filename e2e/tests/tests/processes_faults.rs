@@ -1,4 +1,4 @@
-//! The `processes` resource through faults (e2e/suite, one at a time): the operator replaced
+//! The `processes` resource through faults (e2e/suites/suite, one at a time): the operator replaced
 //! while a kube-rs watcher follows 200 short processes, and the agent replaced while a process
 //! runs. Records live on the nodes: nothing is lost with the operator, exit codes stay exact.
 use std::collections::BTreeMap;
@@ -43,7 +43,7 @@ async fn make(t: &TestNs, n: usize, parallel: usize) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_watcher_across_an_operator_restart_sees_every_exit_exactly() {
     with_ns("procf-failover", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -105,7 +105,7 @@ async fn a_watcher_across_an_operator_restart_sees_every_exit_exactly() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_process_outlives_its_agent_and_keeps_its_code() {
     with_ns("procf-agent", |t| async move {
         t.pods([pod("work", None)]).await?;

@@ -1,4 +1,4 @@
-//! Restarts (issue 31) as a user of the plugin meets them (`rust_tests restarts` from e2e/cli):
+//! Restarts (issue 31) as a user of the plugin meets them (`rust_tests restarts` from e2e/suites/cli):
 //! `kubectl sandbox run --restart`, `ls` counting restarts, `logs --previous` printing the last
 //! run, `kill` ending a back-off for good, and the flag's refusals before anything is created.
 use anyhow::{ensure, Result};
@@ -48,7 +48,7 @@ async fn ls_row(t: &TestNs, name: &str) -> Result<Vec<String>> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/cli"]
+#[ignore = "needs the test cluster: run by e2e/suites/cli"]
 async fn on_failure_restarts_and_logs_previous_prints_the_last_run() {
     with_ns("restarts-onfailure", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -123,7 +123,7 @@ async fn on_failure_restarts_and_logs_previous_prints_the_last_run() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/cli"]
+#[ignore = "needs the test cluster: run by e2e/suites/cli"]
 async fn always_restarts_after_exit_0_and_shows_back_off() {
     with_ns("restarts-always", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -166,7 +166,7 @@ async fn always_restarts_after_exit_0_and_shows_back_off() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/cli"]
+#[ignore = "needs the test cluster: run by e2e/suites/cli"]
 async fn restart_flag_refusals_create_nothing() {
     with_ns("restarts-refused", |t| async move {
         t.pods([pod("work", None)]).await?;

@@ -1,4 +1,4 @@
-//! e2e/suite's assertions: the operator and agent installed by the chart (e2e/suite deploys
+//! e2e/suites/suite's assertions: the operator and agent installed by the chart (e2e/suites/suite deploys
 //! them first), driven as a user would. Each test has its own namespace and pods.
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,7 +35,7 @@ async fn ready(t: &TestNs, name: &str) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn readiness_http_get_on_a_loopback_listener_then_ready() {
     with_ns("suite-http", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -53,7 +53,7 @@ async fn readiness_http_get_on_a_loopback_listener_then_ready() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn readiness_tcp_socket_then_ready() {
     with_ns("suite-tcp", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -74,7 +74,7 @@ async fn readiness_tcp_socket_then_ready() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn readiness_log_match_on_stderr_then_ready_and_in_the_tail() {
     with_ns("suite-logmatch", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -95,7 +95,7 @@ async fn readiness_log_match_on_stderr_then_ready_and_in_the_tail() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn readiness_timeout_is_stalled_and_the_process_runs_on() {
     with_ns("suite-rtimeout", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -125,7 +125,7 @@ async fn readiness_timeout_is_stalled_and_the_process_runs_on() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn exit_0_before_ever_ready_is_stalled_succeeded_and_not_ready() {
     with_ns("suite-early", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -213,7 +213,7 @@ async fn exit_0_before_ever_ready_is_stalled_succeeded_and_not_ready() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn stop_true_ends_readiness_processes() {
     with_ns("suite-stop", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -238,7 +238,7 @@ async fn stop_true_ends_readiness_processes() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn env_and_working_dir_reach_the_process_verbatim() {
     with_ns("suite-env", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -263,7 +263,7 @@ async fn env_and_working_dir_reach_the_process_verbatim() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn working_dir_that_does_not_exist_is_invalid_process_cwd() {
     with_ns("suite-badwd", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -303,7 +303,7 @@ fn run_secs(o: &SandboxProcess) -> Result<i64> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn tree_root_exits_7_child_runs_on_then_exited_7() {
     with_ns("suite-tlife", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -363,7 +363,7 @@ fn exit_of(o: &SandboxProcess) -> String {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn tree_setsid_double_fork_daemon_stop_leaves_nothing() {
     with_ns("suite-tstop", |t| async move {
         t.pods([pod("tstop", None)]).await?;
@@ -393,7 +393,7 @@ async fn tree_setsid_double_fork_daemon_stop_leaves_nothing() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn tree_timeout_with_a_term_ignoring_daemon_leaves_nothing() {
     with_ns("suite-ttimeout", |t| async move {
         t.pods([pod("ttimeout", None)]).await?;
@@ -430,7 +430,7 @@ async fn tree_timeout_with_a_term_ignoring_daemon_leaves_nothing() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn tree_delete_after_the_root_exited_leaves_nothing() {
     with_ns("suite-tdelete", |t| async move {
         t.pods([pod("tdelete", None)]).await?;
@@ -451,7 +451,7 @@ async fn tree_delete_after_the_root_exited_leaves_nothing() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn tree_memory_limit_oom_kills_that_tree_only() {
     with_ns("suite-toom", |t| async move {
         t.pods([pod("toom", None)]).await?;
@@ -489,7 +489,7 @@ async fn tree_memory_limit_oom_kills_that_tree_only() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn tree_pids_limit_10_fork_fails_inside() {
     with_ns("suite-tpids", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -519,7 +519,7 @@ async fn tree_pids_limit_10_fork_fails_inside() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn tree_cpu_limit_200m_for_5_s_uses_about_1000_ms() {
     with_ns("suite-tcpu", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -547,7 +547,7 @@ async fn tree_cpu_limit_200m_for_5_s_uses_about_1000_ms() {
 /// 8000 (the lower bound is loose: on 2 shared cores other tests take their share). Numbers out
 /// of bounds are refused with the bounds, naming the field, not as a type error.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_cpu_written_as_a_number_is_taken_as_a_pod_takes_it() {
     with_ns("suite-numcpu", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -577,7 +577,7 @@ async fn a_cpu_written_as_a_number_is_taken_as_a_pod_takes_it() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn memory_limit_above_the_containers_is_invalid_resource_limits() {
     with_ns("suite-overlimit", |t| async move {
         t.pods([pod("tlimited", Some("64Mi"))]).await?;
@@ -631,7 +631,7 @@ fn pod_as_1000(name: &str) -> Value {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn run_as_user_1000_in_a_root_container_drops_root_and_its_capabilities() {
     with_ns("suite-user", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -668,7 +668,7 @@ async fn run_as_user_1000_in_a_root_container_drops_root_and_its_capabilities() 
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn run_as_root_in_a_container_running_as_1000_is_user_not_permitted() {
     with_ns("suite-usernp", |t| async move {
         t.pods([pod_as_1000("u1000")]).await?;
@@ -727,7 +727,7 @@ async fn run_as_root_in_a_container_running_as_1000_is_user_not_permitted() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn plugin_run_as_1000_prints_uid_1000() {
     with_ns("suite-pluser", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -843,7 +843,7 @@ async fn where_is(t: &TestNs, secret: &str) -> Result<Vec<&'static str>> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn env_value_from_secret_and_config_map_and_the_secret_nowhere_else() {
     with_ns("suite-envfrom", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -977,7 +977,7 @@ async fn selector_needs_exec_on_every_pod(t: &TestNs) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn pod_selector_picks_the_oldest_replica_stale_when_gone_pending_until_one_matches() {
     with_ns("suite-podsel", |t| async move {
         t.kubectl_apply(SELWEB).await?;
@@ -1099,7 +1099,7 @@ async fn apply_gitops_example(t: &TestNs) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn gitops_example_applied_and_kstatus_and_flux_cel_agree() {
     with_ns("suite-gitops", |t| async move {
         let bin = gitopscheck().await?;
@@ -1184,7 +1184,7 @@ async fn gitops_example_applied_and_kstatus_and_flux_cel_agree() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn agent_metrics_without_a_token_count_processes_and_name_none() {
     with_ns("suite-agentmetrics", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -1232,7 +1232,7 @@ async fn agent_metrics_without_a_token_count_processes_and_name_none() {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn every_sandbox_process_deletes_cleanly_while_the_operator_runs() {
     with_ns("suite-deleteall", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -1298,7 +1298,7 @@ async fn every_sandbox_process_deletes_cleanly_while_the_operator_runs() {
 /// and the resize subresource. `stty size` reads the pty's window size, so it shows the size the
 /// spec gave and then the one the resize set.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn tty_sh_sees_its_size_then_the_resized_one_and_exits_7() {
     with_ns("suite-tty", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -1349,7 +1349,7 @@ async fn resize_raw(t: &TestNs, process: &str, body: Value) -> Result<Result<Str
 /// Who may resize (edit, as for stdin; not view), and the refusals that name what is wrong:
 /// a process without a terminal (`spec.tty`), a size out of bounds (`rows`, `cols`).
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn resize_is_for_edit_not_view_and_names_a_missing_tty_or_a_bad_size() {
     with_ns("suite-resize", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -1422,7 +1422,7 @@ async fn resize_is_for_edit_not_view_and_names_a_missing_tty_or_a_bad_size() {
 /// when the process ended Exited 0 with its output and was deleted); helm prints its log (issue
 /// 47: the pod was deleted before helm read it); only the finished pod is left.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn helm_test_runs_one_sandbox_process_end_to_end() {
     with_ns("suite-helmtest", |_t| async move {
         let release = "sandbox-process-operator";
@@ -1478,7 +1478,7 @@ async fn helm_test_runs_one_sandbox_process_end_to_end() {
 /// `run --name` twice with the same spec is one process: the second says it already exists
 /// (issue 47: it printed `created` twice); another spec under that name is refused.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn plugin_run_by_name_twice_says_it_already_exists() {
     with_ns("suite-idem", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -1521,7 +1521,7 @@ async fn plugin_run_by_name_twice_says_it_already_exists() {
 /// (`hostPid`), no agent id for the process (`execId`, the object's uid), no path of the node's
 /// state directory, no agent address (issue 47: the signal's answer had `hostPid`).
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn no_subresource_answer_names_the_node() {
     with_ns("suite-withheld", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -1600,7 +1600,7 @@ async fn no_subresource_answer_names_the_node() {
 /// `run --wait` on a pod that does not exist says why it waits (issue 47: 15 s of silence), and
 /// goes on waiting, as `kubectl wait` does, until it is ended.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn plugin_run_wait_on_a_missing_pod_says_why_it_waits() {
     with_ns("suite-nopod", |t| async move {
         let args = [

@@ -1,4 +1,4 @@
-//! e2e/suite's assertions that restart or delete the release's shared components (the agent pod,
+//! e2e/suites/suite's assertions that restart or delete the release's shared components (the agent pod,
 //! the operator pod), compete for its Lease, or need the node alone for their time bound; run one
 //! at a time (`rust_tests suite_faults 1`) after tests/suite.rs.
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ fn epoch(rfc3339: &str) -> Result<i64> {
 /// Five processes, each with its own ending: some end while no agent runs, some after the new one
 /// is up, one by a signal. Their exit codes and output must be exact.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn agent_pod_deleted_while_5_processes_run_every_exit_and_output_exact() {
     with_ns("suitef-agent", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -87,7 +87,7 @@ fn agent_ready_at(agent: &k8s_openapi::api::core::v1::Pod) -> Result<i64> {
 /// The root has exited (code 5) and its child runs on when the agent goes; the child ends only
 /// when the test says so (a file in the pod), after the new agent is up.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn agent_pod_deleted_while_a_root_exited_5_and_its_child_runs_then_exited_5() {
     with_ns("suitef-agtree", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -168,7 +168,7 @@ async fn new_operator_leads(client: &kube::Client, before: &[String]) -> Result<
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn operator_pod_deleted_mid_run_the_new_one_leads_and_adopts_once() {
     with_ns("suitef-operator", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -242,7 +242,7 @@ fn operator_binary() -> std::path::PathBuf {
 /// election on, the cluster's one Lease). It stands by: its log names the holder, its metric
 /// `sandbox_operator_leader` is 0, it writes no status; a process applied now runs once.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn stray_operator_started_by_hand_stands_by_and_writes_nothing() {
     with_ns("suitef-stray", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -394,7 +394,7 @@ fn scale_wrong(list: &[SandboxProcess]) -> Vec<String> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn scale_200_over_10_pods_in_one_apply_every_exit_and_output_right_in_time() {
     with_ns("suitef-scale", |t| async move {
         let (n, bound) = scale();
@@ -433,7 +433,7 @@ async fn scale_200_over_10_pods_in_one_apply_every_exit_and_output_right_in_time
 /// After the faults above (tests run in name order with one thread; this one sorts last): the
 /// release is left working.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn the_release_is_still_deployed_agent_and_operator_available() {
     let run = || async {
         let ns = release::NAMESPACE;
@@ -478,7 +478,7 @@ async fn the_release_is_still_deployed_agent_and_operator_available() {
 /// during the first back-off changes nothing: the restart comes at its time, the count goes on,
 /// and no run is skipped or doubled (one line of output per run). `stop` ends it for good.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn a_restart_comes_at_its_time_across_an_agent_pod_deletion() {
     with_ns("suitef-restart", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -531,7 +531,7 @@ async fn a_restart_comes_at_its_time_across_an_agent_pod_deletion() {
 /// attach again by themselves: 64 MiB through `sha256sum` are taken exactly once (the digest),
 /// and the terminal's 400 numbered lines arrive each once, in order.
 #[tokio::test]
-#[ignore = "needs the test cluster: run by e2e/suite"]
+#[ignore = "needs the test cluster: run by e2e/suites/suite"]
 async fn agent_pod_deleted_mid_attach_both_go_on_stdin_once_output_exact() {
     use sandbox_client::{AttachOptions, Start};
     with_ns("suitef-attach", |t| async move {

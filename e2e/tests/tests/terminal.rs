@@ -1,4 +1,4 @@
-//! The plugin's terminal as a person uses it (`rust_tests terminal 1` from e2e/cli, with
+//! The plugin's terminal as a person uses it (`rust_tests terminal 1` from e2e/suites/cli, with
 //! `SPO_PLUGIN` naming the kubectl-sandbox that suite built): `kubectl sandbox run -it` in a
 //! tmux pane, typed at with `send-keys`, read with `capture-pane`.
 use std::path::{Path, PathBuf};
@@ -132,7 +132,7 @@ impl Drop for Tmux {
 /// as a terminal does; detach leaves the shell running, `attach -it` replays it and types on, and
 /// `exit 7` is the plugin's exit status.
 #[tokio::test]
-#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/suites/cli"]
 async fn run_it_in_tmux_size_resize_vi_ctrl_c_detach_attach_exit_7() {
     with_ns("terminal", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -236,7 +236,7 @@ async fn run_it_in_tmux_size_resize_vi_ctrl_c_detach_attach_exit_7() {
 /// A Ctrl-C typed right after a window change reaches the process every time: the resize and
 /// the key travel in the order they were made (issue 47: once, one did not).
 #[tokio::test]
-#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/suites/cli"]
 async fn ctrl_c_right_after_a_resize_always_reaches_the_process() {
     with_ns("terminal-winch", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -287,7 +287,7 @@ async fn ctrl_c_right_after_a_resize_always_reaches_the_process() {
 /// A SIGTERM to the plugin in a session ends it with this terminal as it was (raw mode undone),
 /// the process left running.
 #[tokio::test]
-#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/suites/cli"]
 async fn sigterm_in_a_session_restores_the_terminal() {
     with_ns("terminal-term", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -317,7 +317,7 @@ async fn sigterm_in_a_session_restores_the_terminal() {
 /// other's typing and its output, keys from both reach the shell in the order they arrive, and
 /// neither is thrown out by the other (issue 47: the second was, with `StdinConflict`).
 #[tokio::test]
-#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/suites/cli"]
 async fn two_attachers_share_one_terminal() {
     with_ns("terminal-shared", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -381,7 +381,7 @@ async fn two_attachers_share_one_terminal() {
 /// replaying the history: 16.7 s before), and no query printed long ago is answered by the new
 /// attacher's terminal into the process's input (tmux answers `ESC[6n` and `ESC[c`).
 #[tokio::test]
-#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/suites/cli"]
 async fn reattach_shows_the_current_screen_and_replays_no_query() {
     with_ns("terminal-screen", |t| async move {
         t.pods([pod("work", None)]).await?;
@@ -444,7 +444,7 @@ async fn reattach_shows_the_current_screen_and_replays_no_query() {
 /// is ours, Ctrl-C reaches it as SIGINT (it decides what that means), and the name printed first
 /// reaches it again later.
 #[tokio::test]
-#[ignore = "needs the test cluster and the built plugin: run by e2e/cli"]
+#[ignore = "needs the test cluster and the built plugin: run by e2e/suites/cli"]
 async fn exec_in_tmux_exit_codes_ctrl_c_and_the_name_printed() {
     with_ns("terminal-exec", |t| async move {
         t.pods([pod("work", None)]).await?;

@@ -1,5 +1,5 @@
 //! Upgrade and rollback of a running installation (issue 32, `rust_tests upgrade` from
-//! e2e/upgrade, which has installed the release named in e2e/upgrade-from): a mixed workload on
+//! e2e/suites/upgrade, which has installed the release named in e2e/release/upgrade-from): a mixed workload on
 //! the old release, then `helm upgrade` to this tree and `helm rollback`, with clients looping
 //! on starts and log reads and a follow resuming by cursor throughout. What must hold across
 //! both: every process runs exactly once, no running process is restarted, every exit code is
@@ -351,7 +351,7 @@ async fn crossing_rendered(r: &Release) -> Result<()> {
     Ok(())
 }
 
-/// The release under test and where its chart is (from e2e/upgrade).
+/// The release under test and where its chart is (from e2e/suites/upgrade).
 struct Release {
     name: String,
     ns: String,
@@ -509,7 +509,7 @@ async fn stdin_whole(t: &TestNs, w: &Mutex<StdinWriter>) -> Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the test cluster and the old release: run by e2e/upgrade"]
+#[ignore = "needs the test cluster and the old release: run by e2e/suites/upgrade"]
 async fn upgrade_and_rollback_lose_nothing() {
     with_ns("upgrade", |t| async move {
         let r = Release {

@@ -131,7 +131,7 @@ pub async fn issue_once(client: &Client, s: &Issuing) -> anyhow::Result<()> {
 /// The annotation by which the chart hands an APIService's `caBundle` to this operator (mode
 /// `self`): `<namespace>/<CA Secret>`. Without it the field is someone else's: a `helm rollback`
 /// to a release that rendered its own caBundle (overwriting that kept the aggregated API
-/// unverifiable after the rollback: e2e/upgrade), or cert-manager's cainjector.
+/// unverifiable after the rollback: e2e/suites/upgrade), or cert-manager's cainjector.
 pub const CA_BUNDLE_FROM: &str = "sandbox.dev/ca-bundle-from";
 
 /// Whether the APIService's annotations hand its caBundle to the operator keeping `ca_secret`.

@@ -60,8 +60,8 @@ SPO_CHART_LABEL=app.kubernetes.io/name=sandbox-process-operator
 # Node 1 (lib/common.sh's NODE_NAME): the machine's own host, where the control plane, the
 # suites' host-side checks (/proc, runc's root, agents run on the host, state dirs, the registry
 # on 127.0.0.1) and node 1's containerd are. A cluster may have more nodes (e2e/cluster up
-# --nodes N, left by e2e/nodes or a user): a pod a suite checks from the host must be on node 1.
-NODE1=$(. "$(dirname "${BASH_SOURCE[0]}")/common.sh" && echo "$NODE_NAME")
+# --nodes N, left by e2e/suites/nodes or a user): a pod a suite checks from the host must be on node 1.
+NODE1=$(. "$(dirname "${BASH_SOURCE[0]}")/../../lib/common.sh" && echo "$NODE_NAME")
 
 # on_node1: a manifest (stdin, YAML documents) with every Pod and every pod template (Deployment,
 # DaemonSet, ReplicaSet, StatefulSet, Job) pinned to node 1 by a nodeSelector; other documents

@@ -1,4 +1,4 @@
-"""CPU and API cost per process: SandboxProcess vs kubectl exec vs runc exec (e2e/costbench).
+"""CPU and API cost per process: SandboxProcess vs kubectl exec vs runc exec (e2e/benches/costbench).
 
 Each phase runs N processes of the same command; every counter is read before and after it. A
 component's cost per process is (its delta - its idle rate x the phase's duration) / N.

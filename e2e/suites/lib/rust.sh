@@ -8,7 +8,7 @@
 
 rust_tests() {
   local test=$1 threads=${2:-6} log rc=0 root
-  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
   # the temporary namespaces of an earlier, killed run of this test binary
   kubectl delete namespace -l "e2e.sandbox.dev/temporary=$test" --wait=false >/dev/null 2>&1 || true
   log=$(mktemp)

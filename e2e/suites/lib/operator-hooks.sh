@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The node agent and the operator that e2e/operator runs on this host (not the chart's release),
+# The node agent and the operator that e2e/suites/operator runs on this host (not the chart's release),
 # started and stopped by the suite and restarted by its Rust tests (e2e/tests/tests/
 # operator_faults.rs) through the same commands:
 #   operator-hooks.sh start-agent        the agent (CRI lookup against node 1's containerd) on
@@ -14,8 +14,8 @@
 # files agent.pid and operator.pid), SPO_AGENT_PORT, SPO_OPERATOR_METRICS_PORT, CARGO_TARGET_DIR,
 # and the cluster's KUBECONFIG.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-work=${SPO_OPERATOR_WORK:?the work dir of e2e/operator}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+work=${SPO_OPERATOR_WORK:?the work dir of e2e/suites/operator}
 port=${SPO_AGENT_PORT:?}
 metrics_port=${SPO_OPERATOR_METRICS_PORT:?}
 target=${CARGO_TARGET_DIR:-$root/target}

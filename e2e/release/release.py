@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Release artifacts that need more than shell (used by e2e/release):
+"""Release artifacts that need more than shell (used by e2e/release/release):
 
   oci OUT.tar TAG ARCH=DOCKER_ARCHIVE...
                                    docker-archives (e2e/images build), one per architecture ->
@@ -188,7 +188,7 @@ def sbom(package: str, image: str, version: str, out: str) -> None:
         "name": f"{image}:{version}",
         "documentNamespace": f"https://sandbox.dev/spdx/{image}-{version}",
         # Fixed, so the same tree gives the same SBOM.
-        "creationInfo": {"created": "1970-01-01T00:00:00Z", "creators": ["Tool: e2e/release"]},
+        "creationInfo": {"created": "1970-01-01T00:00:00Z", "creators": ["Tool: e2e/release/release"]},
         "packages": packages,
         "relationships": rels,
     }

@@ -20,7 +20,7 @@ Usage: boundary.py snapshot > FILE
        boundary.py chain LEDGER MINUTES SUITE...
                                               (suites may repeat: a chain of uncovered pairs that
                                                fits in about MINUTES)
-       boundary.py merge LEDGER               (its new passing pairs into e2e/ci-adjacent.tsv)
+       boundary.py merge LEDGER               (its new passing pairs into e2e/suites/ci-adjacent.tsv)
 """
 import concurrent.futures
 import hashlib
@@ -198,7 +198,7 @@ def leaks(base, before, after):
         elif kind == "apiservice" and not item.endswith("available=True"):
             bad.append(item + " (the release's API does not answer)")
     # A route of a node that is still there, lost: that node's pods are cut off.
-    # (A suite that removes nodes, as e2e/nodes does at its end, takes their routes with them.)
+    # (A suite that removes nodes, as e2e/suites/nodes does at its end, takes their routes with them.)
     nodes_after = {x.split()[1] for x in after if x.startswith("netns ")} | {"host"}
     same_nodes = {x for x in before if x.startswith("node ")} <= after
     for item in sorted(before - after):
