@@ -1,5 +1,5 @@
 //! `processes.sandbox.dev/v1alpha1` kind `Process` as a typed resource for kube-rs clients: a
-//! SandboxProcess spec and status, served from the nodes by the operator (docs/processes.md),
+//! SandboxProcess spec and status, served from the nodes by the operator (docs/concepts/processes.md),
 //! never a CRD (the operator publishes its OpenAPI), so no schema is derived here.
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};

@@ -2,7 +2,7 @@
 //!
 //! A rollback puts an older CRD back, and the API server prunes the fields its schema lacks
 //! from every object it serves: an older operator would start a `Pending` process without what
-//! a newer release's field asked (a `securityContext`, limits), silently (docs/upgrading.md).
+//! a newer release's field asked (a `securityContext`, limits), silently (docs/operations/upgrade.md).
 //! The field managers' sets are not pruned: `managedFields` still names every spec field a
 //! client set (tried on the test cluster: after the CRD lost `spec.b`, `f:b` stayed in the
 //! entry across status writes and label changes). So a field named there that this release's

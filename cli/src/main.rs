@@ -648,3 +648,7 @@ mod tests {
         }
     }
 }
+
+/// docs/reference/plugin.md, generated from `Cli` and checked against the committed page.
+#[cfg(test)]
+mod reference;

@@ -318,7 +318,7 @@ async fn attach_to(p: &Process, stream: bool) -> Result<u8, CliError> {
     }
 }
 
-/// One streaming attach (docs/stdin.md) carries our stdin in and the output out; it attaches
+/// One streaming attach (docs/guides/stdin.md) carries our stdin in and the output out; it attaches
 /// again by itself when a connection breaks, losing and repeating nothing.
 async fn streamed(p: &Process, target: Process) -> Result<u8, CliError> {
     let opts = AttachOptions {

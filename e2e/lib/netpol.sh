@@ -2,7 +2,7 @@
 # (no router, no service proxy, no CNI: the bridge CNI and kube-proxy stay), one per node, in the
 # node's network namespace. `e2e/cluster up --network-policy` starts it on every node (building it
 # the first time), `--no-network-policy` stops it and removes its rules; a node booted while it
-# runs gets one too. Notes on its behaviour: docs/multinode-plan.md.
+# runs gets one too. Notes on its behaviour: docs/development/testing.md.
 # shellcheck shell=bash
 
 argv_kube_router() {

@@ -7,7 +7,7 @@ HELM_VERSION=v3.19.5
 CNI_PLUGINS_VERSION=v1.9.1
 # kube-router, as the NetworkPolicy enforcer only (`e2e/cluster up --network-policy`; firewall
 # mode, no router or service proxy). The module proxy serves only v2.1.0 (2024-03); its known
-# advisories concern the router and service proxy, which never run here (docs/multinode-plan.md).
+# advisories concern the router and service proxy, which never run here (docs/development/testing.md).
 # Its dependencies are raised past their CVE fixes; kube-router's own code stays as it was.
 KUBE_ROUTER_VERSION=v2.1.0
 KUBE_ROUTER_DEP_BUMPS="golang.org/x/net@v0.63.0 golang.org/x/crypto@v0.59.0 google.golang.org/grpc@v1.85.0 google.golang.org/protobuf@v1.36.12"

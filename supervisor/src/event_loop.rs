@@ -42,7 +42,7 @@ impl Supervisor {
             }
             let until = self.begin_backoff(exit, reason)?;
             if let Some(reason) = self.wait_out_backoff(until)? {
-                // No run in progress: no exit of its own (docs/restarts.md, "An end during
+                // No run in progress: no exit of its own (docs/guides/restarts.md, "An end during
                 // the back-off").
                 return self.finish(None, reason);
             }

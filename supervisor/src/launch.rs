@@ -288,7 +288,7 @@ impl Supervisor {
         self.start_readiness(now)?;
         // A process whose whole tree ends at once (a `true`) is reported once, final, moments
         // later: the start's answer is its result and the operator writes one status for it
-        // (docs/writes.md), not Running and then the end. Not for one that runs again: each run
+        // (docs/concepts/writes.md), not Running and then the end. Not for one that runs again: each run
         // is shown, and a crash loop without back-off must still reach the loop that serves a
         // stop between runs.
         if self.spec.request.restart_policy.is_never() && self.ended_at_once()? {

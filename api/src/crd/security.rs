@@ -20,7 +20,7 @@ use crate::wire_rules::{id, Violation};
 pub struct SecurityContextSpec {
     /// The uid the process runs as (0–2147483647). Default: the container's. A uid other than
     /// the container's drops the container's supplementary groups and, from root, its
-    /// capabilities (see `docs/agent.md`).
+    /// capabilities (see `docs/guides/users.md`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_ID))]
     pub run_as_user: Option<i64>,

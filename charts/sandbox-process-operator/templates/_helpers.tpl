@@ -158,7 +158,7 @@ readOnlyRootFilesystem: true
 TLS): its agent DaemonSet, found by lookup, runs without --tls=csr. No operator then reaches an agent
 of the other side, so the agents roll all at once and the operator is replaced, not rolled (two
 would hold different leases): the window without a reachable agent is one restart, not a rollout
-(docs/upgrading.md). Empty on installs and where lookup finds nothing (helm template, GitOps).
+(docs/operations/upgrade.md). Empty on installs and where lookup finds nothing (helm template, GitOps).
 */ -}}
 {{- define "spo.fromPlainAgents" -}}
 {{- with lookup "apps/v1" "DaemonSet" .Release.Namespace (printf "%s-agent" (include "spo.fullname" .)) -}}

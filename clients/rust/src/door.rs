@@ -1,6 +1,6 @@
 //! The two doors to a process: a SandboxProcess object, stored in etcd (declared, kept by the
 //! controller), or a Process served from the nodes (`processes.sandbox.dev`: no etcd write per
-//! command, docs/processes.md). Both have the same spec, status and subresources, so a handle
+//! command, docs/concepts/processes.md). Both have the same spec, status and subresources, so a handle
 //! works the same through either; this file is where they differ: the paths and the objects.
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};

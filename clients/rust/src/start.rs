@@ -255,7 +255,7 @@ impl Start {
         if !self.restart_policy.is_never() {
             spec["restartPolicy"] = restart_policy(self.restart_policy, self.stdin, self.tty)?;
         }
-        // No finalizer: the operator adds it to a process it shows running (docs/writes.md).
+        // No finalizer: the operator adds it to a process it shows running (docs/concepts/writes.md).
         let mut meta = json!({"name": name, "namespace": namespace});
         if !self.labels.is_empty() {
             meta["labels"] = serde_json::to_value(&self.labels).expect("labels serialize");

@@ -674,7 +674,7 @@ type Seen = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, W
 /// through the clients alike. Running is never held back to save writes: a `true` whose end the
 /// supervisor did not see within its 10 ms (`EARLY_END`, a busy node: this runs beside other
 /// tests) is shown Running and costs a long process's writes (≤ 6 to final, ≤ 2 to deletion);
-/// at most 2 of 40 may. docs/writes.md says why each remains.
+/// at most 2 of 40 may. docs/concepts/writes.md says why each remains.
 #[tokio::test]
 #[ignore = "needs the test cluster: run by e2e/suites/operator"]
 async fn a_short_process_costs_at_most_three_api_writes() {

@@ -291,7 +291,7 @@ fn refuse_unknown_fields(obj: &SandboxProcess) -> Result<(), AgentView> {
             "{}: set by a newer release of sandbox-process-operator, unknown to this one: \
              starting would drop what it asks (after a rollback the API server prunes a newer \
              schema's fields); start it with a release that knows it, or recreate the object \
-             without it (docs/upgrading.md)",
+             without it (docs/operations/upgrade.md)",
             unknown.join(", ")
         ),
     }))
@@ -476,7 +476,7 @@ mod tests {
         assert!(refuse_unknown_fields(&today).is_ok());
     }
 
-    /// The write budget (docs/writes.md) assumes one output refresh per 30 s at most
+    /// The write budget (docs/concepts/writes.md) assumes one output refresh per 30 s at most
     /// (status/tests.rs's write plan simulates it).
     #[test]
     fn output_is_refreshed_at_most_every_30_s() {

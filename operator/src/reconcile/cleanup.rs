@@ -84,7 +84,7 @@ pub async fn cleanup(obj: Arc<SandboxProcess>, ctx: &Context) -> Result<Option<A
 
 /// The one Event a deletion publishes: the stop of a process the status last showed running
 /// (the object goes, and its status with it). A final object's deletion writes nothing beyond
-/// the user's DELETE (and the finalizer's removal, if it had one; docs/writes.md).
+/// the user's DELETE (and the finalizer's removal, if it had one; docs/concepts/writes.md).
 fn deletion_note(prev: &SandboxProcessStatus) -> Option<status::Note> {
     (prev.phase == Some(Phase::Running)).then(|| status::Note {
         warning: false,

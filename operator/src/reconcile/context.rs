@@ -19,7 +19,7 @@ pub use sandbox_api::crd::FINALIZER;
 /// Field manager of the status written with server-side apply.
 pub const FIELD_MANAGER: &str = "sandbox-operator";
 /// The output summary in the status is refreshed at most this often while the process runs:
-/// each refresh is an etcd write (docs/writes.md).
+/// each refresh is an etcd write (docs/concepts/writes.md).
 pub const OUTPUT_REFRESH: Duration = Duration::from_secs(30);
 /// A delete whose process cannot be stopped (agent unreachable, node still there) is let go
 /// after this long, so objects never hang in deletion.

@@ -1,5 +1,5 @@
 //! The operator's finalizer (`sandbox.dev/process`), added only to a process some status shows
-//! running (docs/writes.md): a process final in its first status never gets one, so its whole
+//! running (docs/concepts/writes.md): a process final in its first status never gets one, so its whole
 //! life is the user's create, one status write and the user's delete. A deletion the finalizer
 //! did not hold up reaches the agent through the watch's DELETED event (`deleted`) or, if no
 //! operator was up, the sweep when one takes the lease (`controller::sweep_orphans`).

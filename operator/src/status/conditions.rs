@@ -123,7 +123,7 @@ pub(super) fn ready(s: &SandboxProcessStatus) -> bool {
 /// The Events that the change from `prev` to `next` announces. A process that ends before any
 /// status said it started (a short process: its final status is its only status write) gets
 /// only its Warnings: its Normal Events (Started, Exited, ...) would be API writes that tell
-/// nothing its status does not (docs/writes.md).
+/// nothing its status does not (docs/concepts/writes.md).
 pub fn transitions(prev: &SandboxProcessStatus, next: &SandboxProcessStatus) -> Vec<Note> {
     let mut notes = all_transitions(prev, next);
     if !prev.is_started() && is_final(next) {

@@ -1,4 +1,4 @@
-//! The write plan: what a reconcile does with the status it computed (docs/writes.md).
+//! The write plan: what a reconcile does with the status it computed (docs/concepts/writes.md).
 use std::time::Duration;
 
 use sandbox_api::crd::{condition, SandboxProcessStatus};
@@ -29,7 +29,7 @@ const UNKNOWN_RECHECK: Duration = Duration::from_millis(300);
 /// status was held back so far (`None`: not). A process the agent says runs is shown Running at
 /// once: the wait of a user for Running is not traded for a write. A short one is not shown
 /// Running because the supervisor reports a process whose tree already ended once, final
-/// (docs/writes.md).
+/// (docs/concepts/writes.md).
 pub fn plan(
     stored: &SandboxProcessStatus,
     next: &SandboxProcessStatus,

@@ -141,7 +141,7 @@ fn ended(
         return failed(s, code, e.message.clone());
     }
     // Ended during a restart's back-off: no run in progress, so no exit of its own; the last
-    // run's end stays in `lastExit` (docs/restarts.md).
+    // run's end stays in `lastExit` (docs/guides/restarts.md).
     let between_runs = match (&s.exit, &r.last_exit) {
         (None, Some(l)) => format!(
             " while it waited to be restarted (back-off; the last run {})",

@@ -7,7 +7,7 @@ VERSION = "v1alpha1"
 PLURAL = "sandboxprocesses"
 SUBRESOURCES = "/apis/subresources.sandbox.dev/v1alpha1"
 #: The two doors to a process (the Rust crate's ``Door``): a SandboxProcess object in etcd (the
-#: default), or a Process served from the nodes (no etcd write per command, docs/processes.md).
+#: default), or a Process served from the nodes (no etcd write per command, docs/concepts/processes.md).
 #: Each: (API group, plural, the path its subresources are under, kind, what messages call one).
 SANDBOX_PROCESS = "SandboxProcess"
 PROCESS = "Process"

@@ -62,7 +62,7 @@ def _manifest(namespace, name, pod, argv, container, cwd, env, timeout, stdin, r
         spec["securityContext"] = sc
     if _restart_policy(restart_policy, stdin or tty) != "Never":
         spec["restartPolicy"] = restart_policy
-    # No finalizer: the operator adds it to a process it shows running (docs/writes.md).
+    # No finalizer: the operator adds it to a process it shows running (docs/concepts/writes.md).
     meta: Dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         meta["labels"] = dict(labels)

@@ -242,7 +242,7 @@ fn schemas() -> Value {
         json!({"type": "object", "additionalProperties": {"type": "string", "default": ""}});
     json!({
         PROCESS: {
-            "description": "A command run in a container of a pod, served from its node's agent and never stored in etcd (docs/processes.md). The spec and status are a SandboxProcess's.",
+            "description": "A command run in a container of a pod, served from its node's agent and never stored in etcd (docs/concepts/processes.md). The spec and status are a SandboxProcess's.",
             "type": "object", "required": ["spec"], "properties": process,
             "x-kubernetes-group-version-kind": [gvk(KIND)],
         },

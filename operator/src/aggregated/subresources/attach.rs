@@ -1,7 +1,7 @@
 //! `GET …/attach` upgraded to a WebSocket speaking Kubernetes' remote-command protocol
 //! (`v5.channel.k8s.io`, `v4.channel.k8s.io`: [`sandbox_api::channel`]): the process's stdin,
 //! its output from a cursor, terminal resizes and, at the end, its exit code, on one
-//! connection through the API server's aggregation proxy (docs/stdin.md). Authorized like a
+//! connection through the API server's aggregation proxy (docs/guides/stdin.md). Authorized like a
 //! stdin write: `update` on the object and `create pods/exec` on its pod.
 mod order;
 mod session;
