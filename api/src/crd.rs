@@ -366,7 +366,8 @@ pub struct PodSelector {
     pub match_expressions: Vec<SelectorRequirement>,
 }
 
-/// One requirement of a [`PodSelector`].
+/// One requirement of a `podSelector` on the pod's labels (as
+/// `metav1.LabelSelectorRequirement`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [

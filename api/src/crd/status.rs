@@ -255,8 +255,10 @@ pub struct LastExitStatus {
     pub exit: ExitStatus,
     /// Why it ended (`Exited`, `Signaled`, `TimedOut`, `OOMKilled`).
     pub end_reason: EndReason,
+    /// When the previous run started (whole seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// When the previous run ended (whole seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
 }
