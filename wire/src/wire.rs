@@ -664,6 +664,15 @@ pub struct RunEnd {
 }
 
 impl ProcessRecord {
+    /// A hash of the record's wire form (its every field): what tells a record sent again
+    /// unchanged from a changed one without keeping the record.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        serde_json::to_vec(self).unwrap_or_default().hash(&mut h);
+        h.finish()
+    }
+
     /// What a tenant may read of the record: without the node's identifiers (the node's pid of
     /// the process, the agent's id for it). Every response a tenant can read that carries a
     /// record passes through here (the log's `end` event, the signal's answer).

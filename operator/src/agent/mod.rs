@@ -303,29 +303,30 @@ mod tests {
         assert!(a.listed_within(Duration::ZERO).await);
     }
 
-    /// Records of `processes` objects go to the sink, never to the controller; a replica that
-    /// does not lead tells the controller nothing.
-    #[tokio::test]
-    async fn object_records_go_to_the_sink_and_standbys_notify_nothing() {
-        #[derive(Default)]
-        struct Sink(Mutex<Vec<String>>);
-        impl ObjectSink for Sink {
-            fn upsert(&self, _agent: &str, r: &ProcessRecord) {
-                self.0.lock().unwrap().push(format!("+{}", r.exec_id));
-            }
-            fn removed(&self, id: &str) {
-                self.0.lock().unwrap().push(format!("-{id}"));
-            }
+    /// What a sink heard: "+ID" upserted, "-ID" removed.
+    #[derive(Default)]
+    struct Sink(Mutex<Vec<String>>);
+    impl ObjectSink for Sink {
+        fn upsert(&self, _agent: &str, r: &ProcessRecord) {
+            self.0.lock().unwrap().push(format!("+{}", r.exec_id));
         }
-        let (a, mut rx) = agents(vec![]);
-        let sink = Arc::new(Sink::default());
-        a.set_sink(sink.clone());
-        let url = "http://a:1";
-        let mut pass = Pass::new();
-        let mut obj = rec("o", 1);
-        obj.object = Some(Box::new(sandbox_api::wire::ProcessObject {
+        fn removed(&self, id: &str) {
+            self.0.lock().unwrap().push(format!("-{id}"));
+        }
+    }
+
+    impl Sink {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    /// A record of a `processes` object.
+    fn object_record(id: &str, revision: u64) -> ProcessRecord {
+        let mut r = rec(id, revision);
+        r.object = Some(Box::new(sandbox_api::wire::ProcessObject {
             namespace: "ns".into(),
-            name: "p".into(),
+            name: format!("p-{id}"),
             creation_timestamp: "2026-12-06T10:00:00Z".into(),
             labels: Default::default(),
             annotations: Default::default(),
@@ -333,17 +334,38 @@ mod tests {
             node_name: "n".into(),
             spec: serde_json::json!({}),
         }));
-        let ev = |r: &ProcessRecord| WatchEvent::Upsert {
+        r
+    }
+
+    fn sent(r: &ProcessRecord) -> WatchEvent {
+        WatchEvent::Upsert {
             record: Box::new(r.clone()),
-        };
-        a.apply(url, ev(&obj), &mut pass);
+        }
+    }
+
+    /// Records of `processes` objects go to the sink, never to the controller; a replica that
+    /// does not lead tells the controller nothing.
+    #[tokio::test]
+    async fn object_records_go_to_the_sink_and_standbys_notify_nothing() {
+        let (a, mut rx) = agents(vec![]);
+        let sink = Arc::new(Sink::default());
+        a.set_sink(sink.clone());
+        let url = "http://a:1";
+        let mut pass = Pass::new();
+        let mut obj = object_record("o", 1);
+        a.apply(url, sent(&obj), &mut pass);
         a.apply(url, upsert("x", 1), &mut pass);
         a.apply(url, WatchEvent::Synced, &mut pass);
         assert!(rx.try_recv().is_err(), "a standby notified the controller");
         a.begin_leading();
         a.apply(url, upsert("x", 2), &mut pass);
         obj.revision = 2;
-        a.apply(url, ev(&obj), &mut pass);
+        a.apply(url, sent(&obj), &mut pass);
+        assert_eq!(
+            a.last_known(url, "o"),
+            None,
+            "the table keeps it, not the watch"
+        );
         a.apply(
             url,
             WatchEvent::Deleted {
@@ -356,8 +378,35 @@ mod tests {
             rx.try_recv().is_err(),
             "the controller heard of a processes record"
         );
-        assert_eq!(*sink.0.lock().unwrap(), ["+o", "+o", "-o"]);
+        assert_eq!(sink.take(), ["+o", "+o", "-o"]);
         assert!(a.synced_once(url));
+    }
+
+    /// The watch keeps a digest of each object's record, not the record: one sent again
+    /// unchanged is not passed on, except in a stream's first listing (what the table showed
+    /// while the agent was unreachable is corrected by it); one a listing no longer sends is
+    /// removed at its `synced`.
+    #[tokio::test]
+    async fn object_records_are_passed_on_when_changed_or_listed_anew() {
+        let (a, _rx) = agents(vec![]);
+        let sink = Arc::new(Sink::default());
+        a.set_sink(sink.clone());
+        let url = "http://a:1";
+        let (o, p) = (object_record("o", 1), object_record("p", 1));
+        let mut pass = Pass::new();
+        for ev in [sent(&o), sent(&p), WatchEvent::Synced, sent(&o)] {
+            a.apply(url, ev, &mut pass);
+        }
+        assert_eq!(sink.take(), ["+o", "+p"], "a resend of the same record");
+        // The stream again (a reconnect): its listing is passed on whole; `p` is not in it.
+        let mut pass = Pass::new();
+        for ev in [sent(&o), WatchEvent::Synced] {
+            a.apply(url, ev, &mut pass);
+        }
+        assert_eq!(sink.take(), ["+o", "-p"]);
+        // Changed: passed on.
+        a.apply(url, sent(&object_record("o", 2)), &mut pass);
+        assert_eq!(sink.take(), ["+o"]);
     }
 
     #[tokio::test]

@@ -36,6 +36,15 @@ struct Kept {
     record: Box<ProcessRecord>,
 }
 
+/// A record of a `processes` object, as the watch remembers it: the process API's table keeps
+/// the process, so this is only what tells a record sent again unchanged (a resync) from a
+/// change, and the pass that last sent it. The whole record was ~2 KB a process here, on top
+/// of the table's copy.
+struct Seen {
+    pass: u64,
+    digest: u64,
+}
+
 /// One stretch of a watch stream, from its start or a `synced` to the next `synced`: what it
 /// did not send again is gone at that `synced`. Records carry the number of the pass that last
 /// sent them, rather than the pass a set of every id it sent (~100 B per process).
@@ -60,6 +69,8 @@ impl Pass {
 pub(super) struct AgentState {
     /// Boxed: a record is ~0.5 KB inline, which an unboxed table would hold per slot, used or not.
     records: HashMap<String, Kept>,
+    /// The records of `processes` objects, which go to the sink ([`Agents::set_sink`]).
+    objects: HashMap<String, Seen>,
     /// Processes whose final status is written ([`Agents::release`]): their records are not
     /// kept, also when the watch sends them again. With the pass that last sent each.
     released: HashMap<String, u64>,
@@ -336,11 +347,7 @@ impl Agents {
                 let mut state = self.state.lock().unwrap();
                 let s = state.entry(url.clone()).or_default();
                 s.synced = false;
-                s.records
-                    .iter()
-                    .filter(|(_, k)| k.record.object.is_none())
-                    .map(|(id, _)| id.clone())
-                    .collect()
+                s.records.keys().cloned().collect()
             };
             // Let the processes of this agent look again (their state is now unknown).
             self.notify_changed(ids);
@@ -409,10 +416,28 @@ impl Agents {
         // Records of `processes` objects: to the sink, never to the controller.
         let mut objects: Vec<Box<ProcessRecord>> = Vec::new();
         let mut objects_gone: Vec<String> = Vec::new();
+        // Outside the lock, which the controller's lookups share.
+        let digest = match &ev {
+            WatchEvent::Upsert { record } if record.object.is_some() => record.digest(),
+            _ => 0,
+        };
         {
             let mut state = self.state.lock().unwrap();
             let s = state.entry(url.to_string()).or_default();
             match ev {
+                WatchEvent::Upsert { record } if record.object.is_some() => {
+                    let seen = Seen {
+                        pass: pass.number,
+                        digest,
+                    };
+                    // A stream's first listing goes to the sink whole: while the agent was
+                    // unreachable, the table showed its processes so, and their records, sent
+                    // again unchanged, are what say otherwise now.
+                    match s.objects.insert(record.exec_id.clone(), seen) {
+                        Some(old) if old.digest == digest && pass.synced => {}
+                        _ => objects.push(record),
+                    }
+                }
                 WatchEvent::Upsert { record } => {
                     let id = &record.exec_id;
                     if let Some(sent_in) = s.released.get_mut(id) {
@@ -422,11 +447,7 @@ impl Agents {
                         match s.records.get_mut(id) {
                             Some(k) if k.record == record => k.pass = pass.number,
                             _ => {
-                                if record.object.is_some() {
-                                    objects.push(record.clone());
-                                } else {
-                                    changed.push(id.clone());
-                                }
+                                changed.push(id.clone());
                                 let kept = Kept {
                                     pass: pass.number,
                                     record,
@@ -439,13 +460,12 @@ impl Agents {
                 WatchEvent::Deleted { exec_id } => {
                     s.released.remove(&exec_id);
                     s.released.shrink_if_sparse();
-                    if let Some(k) = s.records.remove(&exec_id) {
+                    if s.objects.remove(&exec_id).is_some() {
+                        s.objects.shrink_if_sparse();
+                        objects_gone.push(exec_id);
+                    } else if s.records.remove(&exec_id).is_some() {
                         s.records.shrink_if_sparse();
-                        if k.record.object.is_some() {
-                            objects_gone.push(exec_id);
-                        } else {
-                            changed.push(exec_id);
-                        }
+                        changed.push(exec_id);
                     }
                 }
                 WatchEvent::Heartbeat { .. } => {}
@@ -461,17 +481,23 @@ impl Agents {
                         .map(|(id, _)| id.clone())
                         .collect();
                     for id in gone {
-                        match s.records.remove(&id) {
-                            Some(k) if k.record.object.is_some() => objects_gone.push(id),
-                            _ => changed.push(id),
-                        }
+                        s.records.remove(&id);
+                        changed.push(id);
                     }
                     let this = pass.number;
+                    s.objects.retain(|id, seen| {
+                        let sent = seen.pass == this;
+                        if !sent {
+                            objects_gone.push(id.clone());
+                        }
+                        sent
+                    });
+                    s.objects.shrink_if_sparse();
                     s.released.retain(|_, sent_in| *sent_in == this);
                     s.records.shrink_if_sparse();
                     s.released.shrink_if_sparse();
                     if !pass.synced {
-                        info!(agent = %url, processes = s.records.len(), "agent watch synced");
+                        info!(agent = %url, processes = s.records.len() + s.objects.len(), "agent watch synced");
                     }
                     *pass = Pass {
                         synced: true,

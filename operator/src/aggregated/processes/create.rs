@@ -336,7 +336,7 @@ async fn same_or_conflict(
     spec: &serde_json::Value,
 ) -> Result<Response> {
     let name = e.name.as_str();
-    if &e.spec == spec {
+    if &e.spec() == spec {
         let (ns, pod) = (&e.namespace, &e.columns.pod);
         authorize_exec_for(&api.server, user, ns, pod, "starting a process").await?;
         return Ok(json_answer(StatusCode::OK, e.json.to_string()));

@@ -47,11 +47,7 @@ pub async fn delete(
         .store
         .get(&namespace, &name)
         .ok_or_else(|| not_found(&name))?;
-    let grace = e
-        .spec
-        .get("terminationGracePeriodSeconds")
-        .and_then(|g| g.as_u64())
-        .unwrap_or(5);
+    let grace = e.kept.grace;
     let timeout = Duration::from_secs(grace.min(3600)) + FORGET_MARGIN;
     if node_gone(&api, &e).await {
         // Nothing left to stop: its node is no longer in the cluster (as a SandboxProcess's).

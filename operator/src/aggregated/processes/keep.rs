@@ -23,27 +23,20 @@ use crate::status::AgentView;
 /// How often the keeper looks.
 const ROUND: Duration = Duration::from_secs(5);
 
+/// Agents asked for a record a round, at most ([`round`]'s "answering again").
+const ASK_PER_ROUND: usize = 16;
+
 /// The longest a forget may take (stopping nothing: the process has ended).
 const FORGET_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Whether an ended process's time is up: `ttl` seconds after its end.
 pub fn expired(e: &Entry, default_ttl: u64, now: Timestamp) -> bool {
-    if !e.status.is_final() {
+    if !e.kept.ended {
         return false;
     }
-    let ttl = e
-        .spec
-        .get("ttlSecondsAfterFinished")
-        .and_then(|t| t.as_i64())
-        .map_or(default_ttl as i64, |t| t.max(0));
-    let Some(end) = e.status.finished_at.as_ref().or_else(|| {
-        // An end without a time (never started): counted from the last transition.
-        e.status
-            .conditions
-            .iter()
-            .map(|c| &c.last_transition_time)
-            .max_by_key(|t| t.0)
-    }) else {
+    let ttl = e.kept.ttl.map_or(default_ttl as i64, |t| t.max(0));
+    // An end without a time (never started): counted from the last transition.
+    let Some(end) = e.kept.end.as_ref() else {
         return false;
     };
     now.as_second().saturating_sub(end.0.as_second()) >= ttl
@@ -159,6 +152,7 @@ async fn round(
     let agents = &api.server.agents;
     // One answer per namespace a round (a deleted namespace may hold many processes).
     let mut gone: std::collections::HashMap<String, bool> = Default::default();
+    let mut asked = 0;
     for e in api.store.entries() {
         let down = agents
             .unreachable_since(&e.agent)
@@ -187,24 +181,31 @@ async fn round(
             );
             continue;
         }
-        let Some(rec) = agents
-            .last_known(&e.agent, &e.exec_id)
-            .map(|r| *r)
-            .or_else(|| e.stand_in())
-        else {
-            continue;
-        };
         match down {
-            Some(since) if elapsed(&since, now) >= grace && !e.status.is_final() => {
+            Some(since) if elapsed(&since, now) >= grace && !e.kept.ended => {
+                // The view says it all; the stand-in carries the object and the pod it is in.
+                let Some(rec) = e.stand_in() else {
+                    continue;
+                };
                 let view = AgentView::Unreachable {
                     since,
                     message: "its watch stream is down".into(),
                 };
                 api.store.put(&e.agent, &rec, Some(&view));
             }
-            // Answering again: the record speaks (a no-op when nothing changed).
-            None if e.status.error.is_some() && !e.status.is_final() => {
-                api.store.put(&e.agent, &rec, None)
+            // Answering again: the record speaks. The watch's relisting, when the agent's stream
+            // comes back, has done so already; this is for a stream that never broke (the
+            // agent's pod missing from a listing for a while), a few a round.
+            None if e.unreachable && !e.kept.ended && asked < ASK_PER_ROUND => {
+                let now_e = api.store.get(&e.namespace, &e.name);
+                if now_e.is_none_or(|n| n.exec_id != e.exec_id || !n.unreachable) {
+                    continue;
+                }
+                asked += 1;
+                let ask = agents.client.get(&e.agent, &e.exec_id);
+                if let Ok(Ok(Some(rec))) = tokio::time::timeout(FORGET_TIMEOUT, ask).await {
+                    api.store.put(&e.agent, &rec, None);
+                }
             }
             _ => {}
         }
@@ -218,6 +219,7 @@ fn elapsed(since: &Time, now: Timestamp) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aggregated::processes::store::Kept;
     use sandbox_api::crd::{Phase, SandboxProcessStatus};
     use serde_json::json;
 
@@ -232,17 +234,21 @@ mod tests {
             namespace: "ns".into(),
             name: "n".into(),
             labels: Default::default(),
-            annotations: Default::default(),
             rv: 1,
             revision: 1,
             output_at: std::time::Instant::now(),
             columns: Default::default(),
-            spec,
-            status: SandboxProcessStatus {
-                phase: Some(phase),
-                finished_at: finished.map(|f| Time(f.parse().unwrap())),
-                ..Default::default()
-            },
+            kept: Kept::of(
+                &spec,
+                &SandboxProcessStatus {
+                    phase: Some(phase),
+                    finished_at: finished.map(|f| Time(f.parse().unwrap())),
+                    ..Default::default()
+                },
+            ),
+            heard: None,
+            unreachable: false,
+            digest: 0,
             json: "{}".into(),
         }
     }

@@ -79,7 +79,7 @@ pub async fn patch(
     let patched = apply(current.clone(), form, &body)?;
     let strict = q.field_validation.as_deref() == Some("Strict");
     let (labels, annotations) = changed_metadata(&e, &current, &patched, strict)?;
-    if labels == e.labels && annotations == e.annotations {
+    if labels == e.labels && annotations == e.annotations() {
         return Ok(json_answer(StatusCode::OK, e.json.to_string()));
     }
     let mut object = e
@@ -102,7 +102,9 @@ pub async fn patch(
     let deadline = tokio::time::Instant::now() + WATCHED_WITHIN;
     loop {
         if let Some(now) = api.store.get(&namespace, &name) {
-            if now.labels == object.labels && now.annotations == object.annotations {
+            // Another rv first: the annotations are read from the JSON.
+            let changed = now.rv != e.rv;
+            if changed && now.labels == object.labels && now.annotations() == object.annotations {
                 return Ok(json_answer(StatusCode::OK, now.json.to_string()));
             }
         }
@@ -179,7 +181,7 @@ fn changed_metadata(e: &Entry, current: &Value, patched: &Value, strict: bool) -
             )));
         }
     }
-    if patched.get("spec") != Some(&e.spec) {
+    if patched.get("spec") != current.get("spec") {
         return Err(invalid(
             name,
             "spec",

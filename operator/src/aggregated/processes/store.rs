@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use sandbox_api::crd::SandboxProcessStatus;
 use sandbox_api::wire::ProcessRecord;
 use tokio::sync::broadcast;
@@ -15,7 +16,10 @@ use super::version::{Versions, WINDOW};
 use crate::agent::ObjectSink;
 use crate::status::AgentView;
 
-/// One process as served.
+/// One process as served: its object as JSON, and only what the table, the selectors and the
+/// keeper read on every round besides it. The spec, the status and the annotations are read
+/// from the JSON when needed (a create, a patch, a delete, a change of the record): keeping them
+/// parsed too held ~2 KB more per process, the most of the operator's memory at 20,000.
 #[derive(Debug)]
 pub struct Entry {
     pub exec_id: String,
@@ -24,7 +28,6 @@ pub struct Entry {
     pub namespace: String,
     pub name: String,
     pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
     pub rv: u64,
     /// The record's revision (the supervisor's count of its writes): an older one is stale.
     pub revision: u64,
@@ -32,28 +35,120 @@ pub struct Entry {
     pub output_at: std::time::Instant,
     /// What the table and the field selectors read.
     pub columns: Columns,
-    /// The spec as created (JSON), to tell a repeated create from another one.
-    pub spec: serde_json::Value,
-    pub status: SandboxProcessStatus,
+    pub kept: Kept,
+    /// When its record last spoke (a put without a view of its agent): a view of its agent as
+    /// unreachable since earlier is stale (a keeper's round that raced the agent's relisting).
+    pub heard: Option<Timestamp>,
+    /// Shown with its agent unreachable (a keeper's view), not as its record says.
+    pub unreachable: bool,
+    /// A hash of the record it was rendered from: the same record again, its agent answering,
+    /// is no change, found without reading the JSON back.
+    pub digest: u64,
     /// The whole object, as JSON, with `metadata.resourceVersion` = `rv`.
     pub json: Arc<str>,
 }
 
+/// What is read of a process's spec and status without its JSON: by the keeper's rounds, the
+/// per-namespace bound, a delete and the subresources.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// Its status is final (it ended, or cannot start).
+    pub ended: bool,
+    /// Its status carries an error (its agent unreachable, a start that failed).
+    pub erred: bool,
+    /// When it ended: `finishedAt`, or for an end without one (never started) the last
+    /// transition of its conditions.
+    pub end: Option<Time>,
+    /// `spec.ttlSecondsAfterFinished`.
+    pub ttl: Option<i64>,
+    /// `spec.terminationGracePeriodSeconds` (5 when not set, as the CRD's default).
+    pub grace: u64,
+    /// `spec.tty`.
+    pub tty: bool,
+}
+
+impl Kept {
+    pub(super) fn of(spec: &serde_json::Value, status: &SandboxProcessStatus) -> Kept {
+        Kept {
+            ended: status.is_final(),
+            erred: status.error.is_some(),
+            end: status.finished_at.clone().or_else(|| {
+                status
+                    .conditions
+                    .iter()
+                    .map(|c| &c.last_transition_time)
+                    .max_by_key(|t| t.0)
+                    .cloned()
+            }),
+            ttl: spec.get("ttlSecondsAfterFinished").and_then(|t| t.as_i64()),
+            grace: spec
+                .get("terminationGracePeriodSeconds")
+                .and_then(|g| g.as_u64())
+                .unwrap_or(5),
+            tty: spec.get("tty").and_then(|t| t.as_bool()) == Some(true),
+        }
+    }
+}
+
+/// The parts of the kept JSON read back.
+#[derive(serde::Deserialize)]
+struct Parsed {
+    metadata: ParsedMeta,
+    #[serde(default)]
+    spec: serde_json::Value,
+    #[serde(default)]
+    status: SandboxProcessStatus,
+}
+
+#[derive(serde::Deserialize)]
+struct ParsedMeta {
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
 impl Entry {
+    /// Written by `object::to_json` from these same types, so it reads back; were it ever not
+    /// to, the process reads as one with an empty spec and status (no panic under the lock).
+    fn parsed(&self) -> Option<Parsed> {
+        serde_json::from_str(&self.json)
+            .inspect_err(|e| tracing::error!(exec_id = %self.exec_id, "a kept process object does not read back: {e}"))
+            .ok()
+    }
+
+    /// The spec as created (JSON), to tell a repeated create from another one.
+    pub fn spec(&self) -> serde_json::Value {
+        self.parsed().map(|p| p.spec).unwrap_or_default()
+    }
+
+    pub fn status(&self) -> SandboxProcessStatus {
+        self.parsed().map(|p| p.status).unwrap_or_default()
+    }
+
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        self.parsed()
+            .map(|p| p.metadata.annotations)
+            .unwrap_or_default()
+    }
+
     /// A record standing for the process when its agent's watch no longer holds one (its agent
-    /// gone): what the status needs when it says the agent is unreachable.
+    /// gone, or the record not kept there): what the status needs when it says the agent is
+    /// unreachable.
     pub fn stand_in(&self) -> Option<ProcessRecord> {
+        let Parsed {
+            metadata,
+            spec,
+            status: s,
+        } = self.parsed()?;
         let object = sandbox_api::wire::ProcessObject {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             creation_timestamp: self.columns.created.clone(),
             labels: self.labels.clone(),
-            annotations: self.annotations.clone(),
+            annotations: metadata.annotations,
             pod_name: self.columns.pod.clone(),
             node_name: self.columns.node.clone(),
-            spec: self.spec.clone(),
+            spec,
         };
-        let s = &self.status;
         let pod_uid = s.pod_uid.clone().unwrap_or_default();
         let container = s.container_name.clone().unwrap_or_default();
         Some(ProcessRecord {
@@ -205,6 +300,11 @@ impl Store {
         let Some(obj) = rec.object.as_deref() else {
             return;
         };
+        let digest = rec.digest();
+        let down_since = match view {
+            Some(AgentView::Unreachable { since, .. }) => Some(since.0),
+            _ => None,
+        };
         let mut inner = self.inner.lock().unwrap();
         if inner.tombstoned.contains(&rec.exec_id) {
             return;
@@ -213,17 +313,33 @@ impl Store {
         if prev.as_ref().is_some_and(|p| p.revision > rec.revision) {
             return; // a start's answer that the watch has already overtaken
         }
+        if let Some(p) = &prev {
+            let heard_since = |t: Timestamp| p.heard.is_some_and(|h| h > t);
+            if down_since.is_some_and(heard_since) {
+                return; // its record spoke after the agent was last seen down
+            }
+            let same = view.is_none() && !p.unreachable && p.digest == digest;
+            if same && p.agent == agent {
+                return; // the same record again (a relisting), as already shown
+            }
+        }
         let output_due = prev
             .as_ref()
             .is_none_or(|p| rec.is_final() || p.output_at.elapsed() >= OUTPUT_REFRESH);
-        let prev_status = prev.as_ref().map(|e| &e.status);
+        let prev_parsed = prev.as_ref().and_then(|e| e.parsed());
+        let prev_status = prev_parsed.as_ref().map(|p| &p.status);
         let Some(rendered) = object::render(rec, obj, prev_status, view, output_due, now()) else {
             return;
         };
-        if let Some(p) = &prev {
+        if let (Some(p), Some(parsed)) = (&prev, &prev_parsed) {
             // The same object again (a resync, another replica's copy of a start): no change.
-            let same_meta = p.labels == obj.labels && p.annotations == obj.annotations;
-            if p.status == rendered.status && p.agent == agent && same_meta {
+            // Compared as written: the kept status is read back from JSON, whose times are
+            // whole seconds.
+            let same_meta =
+                p.labels == obj.labels && parsed.metadata.annotations == obj.annotations;
+            let same_status = serde_json::to_value(&parsed.status).ok()
+                == serde_json::to_value(&rendered.status).ok();
+            if same_status && p.agent == agent && same_meta {
                 return;
             }
         }
@@ -242,7 +358,6 @@ impl Store {
             namespace: obj.namespace.clone(),
             name: obj.name.clone(),
             labels: obj.labels.clone(),
-            annotations: obj.annotations.clone(),
             rv,
             revision: rec.revision,
             output_at: match &prev {
@@ -251,8 +366,13 @@ impl Store {
             },
             json: object::to_json(rec, obj, &rendered.status, rv).into(),
             columns: rendered.columns,
-            spec: obj.spec.clone(),
-            status: rendered.status,
+            kept: Kept::of(&obj.spec, &rendered.status),
+            heard: match down_since {
+                None => Some(now().0),
+                Some(_) => prev.as_ref().and_then(|p| p.heard),
+            },
+            unreachable: down_since.is_some(),
+            digest,
         });
         inner.by_key.insert(key, rec.exec_id.clone());
         inner.by_id.insert(rec.exec_id.clone(), entry.clone());
@@ -306,7 +426,7 @@ impl Store {
             .range((namespace.to_string(), String::new())..)
             .take_while(|((ns, _), _)| ns == namespace)
             .filter_map(|(_, id)| inner.by_id.get(id))
-            .filter(|e| !e.status.is_final())
+            .filter(|e| !e.kept.ended)
             .count()
     }
 }
@@ -326,7 +446,7 @@ impl crate::aggregated::subresources::ProcessTable for Store {
             agent: e.agent.clone(),
             exec_id: e.exec_id.clone(),
             pod: e.columns.pod.clone(),
-            tty: e.spec.get("tty").and_then(|t| t.as_bool()) == Some(true),
+            tty: e.kept.tty,
         })
     }
 }

@@ -118,3 +118,67 @@ fn an_older_revision_does_not_replace_a_newer_one() {
     s.upsert("a1", &start);
     assert_eq!(s.get("ns", "p1").unwrap().columns.phase, "Exited");
 }
+
+/// Its agent unreachable, then answering again: one change each way, the relisting's unchanged
+/// record clears the error, and a view of the agent as down since before that record spoke (a
+/// keeper's round that raced the relisting) changes nothing.
+#[test]
+fn an_unreachable_agent_is_shown_once_and_cleared_by_its_record() {
+    let s = Store::new(1000);
+    let (_, _, mut rx) = s.snapshot();
+    let r = rec("u1", "p1", Phase::Running);
+    s.upsert("a1", &r);
+    let tick = || std::thread::sleep(std::time::Duration::from_millis(2));
+    let down = |since: &Time| AgentView::Unreachable {
+        since: since.clone(),
+        message: "its watch stream is down".into(),
+    };
+    tick();
+    let since = now(); // seen down after its record last spoke
+    let stand_in = s.get("ns", "p1").unwrap().stand_in().unwrap();
+    s.put("a1", &stand_in, Some(&down(&since)));
+    let shown = s.get("ns", "p1").unwrap();
+    assert!(shown.unreachable && shown.kept.erred, "{}", shown.json);
+    // The same view next round: no change.
+    s.put("a1", &stand_in, Some(&down(&since)));
+    // The relisting sends the record, unchanged since before: it speaks again.
+    tick();
+    s.upsert("a1", &r);
+    let back = s.get("ns", "p1").unwrap();
+    assert!(!back.unreachable && !back.kept.erred, "{}", back.json);
+    assert_eq!(back.columns.phase, "Running");
+    // A round that read the agent as down before the relisting: stale, ignored.
+    s.put("a1", &stand_in, Some(&down(&since)));
+    assert!(!s.get("ns", "p1").unwrap().unreachable);
+    s.upsert("a1", &r);
+    let kinds: Vec<Kind> = std::iter::from_fn(|| rx.try_recv().ok())
+        .map(|c| c.kind)
+        .collect();
+    assert_eq!(kinds, [Kind::Added, Kind::Modified, Kind::Modified]);
+}
+
+/// What the keeper, the bound, a delete and attach read without the JSON.
+#[test]
+fn kept_facts_come_from_the_spec_and_status() {
+    let s = Store::new(1000);
+    let mut r = rec("u1", "p1", Phase::Running);
+    r.object.as_mut().unwrap().spec = json!({"podName": "pod", "command": ["sh"], "tty": true,
+        "ttlSecondsAfterFinished": 7, "terminationGracePeriodSeconds": 30});
+    s.upsert("a1", &r);
+    let e = s.get("ns", "p1").unwrap();
+    assert_eq!(
+        (e.kept.ended, e.kept.ttl, e.kept.grace, e.kept.tty),
+        (false, Some(7), 30, true)
+    );
+    s.upsert("a1", &rec("u2", "p2", Phase::Exited));
+    let e = s.get("ns", "p2").unwrap();
+    assert_eq!(
+        (e.kept.ended, e.kept.ttl, e.kept.grace, e.kept.tty),
+        (true, None, 5, false)
+    );
+    assert_eq!(
+        e.kept.end.as_ref().map(|t| t.0.to_string()).as_deref(),
+        Some("2026-12-06T10:00:02Z")
+    );
+    assert_eq!(e.spec(), json!({"podName": "pod", "command": ["true"]}));
+}
