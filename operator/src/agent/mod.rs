@@ -48,7 +48,9 @@ pub struct Agents {
 /// The seam to the process API (`aggregated::processes`): every record of a `processes` object
 /// the watches see, and every such process forgotten. Those records never reach the controller.
 pub trait ObjectSink: Send + Sync {
-    fn upsert(&self, agent: &str, record: &sandbox_api::wire::ProcessRecord);
+    /// `digest`: the record's [`ProcessRecord::digest`](sandbox_api::wire::ProcessRecord::digest),
+    /// taken by the watch already (each is a serialization of the record).
+    fn upsert(&self, agent: &str, record: &sandbox_api::wire::ProcessRecord, digest: u64);
     fn removed(&self, exec_id: &str);
 }
 
@@ -307,7 +309,7 @@ mod tests {
     #[derive(Default)]
     struct Sink(Mutex<Vec<String>>);
     impl ObjectSink for Sink {
-        fn upsert(&self, _agent: &str, r: &ProcessRecord) {
+        fn upsert(&self, _agent: &str, r: &ProcessRecord, _digest: u64) {
             self.0.lock().unwrap().push(format!("+{}", r.exec_id));
         }
         fn removed(&self, id: &str) {

@@ -414,7 +414,7 @@ impl Agents {
     pub(super) fn apply(&self, url: &str, ev: WatchEvent, pass: &mut Pass) {
         let mut changed = Vec::new();
         // Records of `processes` objects: to the sink, never to the controller.
-        let mut objects: Vec<Box<ProcessRecord>> = Vec::new();
+        let mut objects: Vec<(Box<ProcessRecord>, u64)> = Vec::new();
         let mut objects_gone: Vec<String> = Vec::new();
         // Outside the lock, which the controller's lookups share.
         let digest = match &ev {
@@ -435,7 +435,7 @@ impl Agents {
                     // again unchanged, are what say otherwise now.
                     match s.objects.insert(record.exec_id.clone(), seen) {
                         Some(old) if old.digest == digest && pass.synced => {}
-                        _ => objects.push(record),
+                        _ => objects.push((record, digest)),
                     }
                 }
                 WatchEvent::Upsert { record } => {
@@ -510,8 +510,8 @@ impl Agents {
             }
         }
         if let Some(sink) = self.sink.get() {
-            for r in objects {
-                sink.upsert(url, &r);
+            for (r, digest) in objects {
+                sink.upsert(url, &r, digest);
             }
             for id in objects_gone {
                 sink.removed(&id);

@@ -297,10 +297,22 @@ impl Store {
     /// The process of this record, its agent unreachable (`AgentView::Unreachable`), or
     /// answering again (`None`: the record speaks).
     pub fn put(&self, agent: &str, rec: &ProcessRecord, view: Option<&AgentView>) {
+        if rec.object.is_some() {
+            self.put_digested(agent, rec, view, rec.digest())
+        }
+    }
+
+    /// [`Store::put`] with the record's digest taken already (the watch takes it).
+    fn put_digested(
+        &self,
+        agent: &str,
+        rec: &ProcessRecord,
+        view: Option<&AgentView>,
+        digest: u64,
+    ) {
         let Some(obj) = rec.object.as_deref() else {
             return;
         };
-        let digest = rec.digest();
         let down_since = match view {
             Some(AgentView::Unreachable { since, .. }) => Some(since.0),
             _ => None,
@@ -452,8 +464,8 @@ impl crate::aggregated::subresources::ProcessTable for Store {
 }
 
 impl ObjectSink for Store {
-    fn upsert(&self, agent: &str, record: &ProcessRecord) {
-        Store::upsert(self, agent, record)
+    fn upsert(&self, agent: &str, record: &ProcessRecord, digest: u64) {
+        self.put_digested(agent, record, None, digest)
     }
 
     fn removed(&self, exec_id: &str) {
