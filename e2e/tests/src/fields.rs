@@ -14,6 +14,11 @@ pub fn field(o: &impl Serialize, pointer: &str) -> String {
     }
 }
 
+/// Whether a process has ended: phase Exited or Error.
+pub fn is_final(o: &impl Serialize) -> bool {
+    matches!(field(o, "/status/phase").as_str(), "Exited" | "Error")
+}
+
 /// A condition of `.status.conditions` as `STATUS/REASON` ("/" when absent), as the bash
 /// suites' `cond` read it.
 pub fn cond(o: &impl Serialize, type_: &str) -> String {

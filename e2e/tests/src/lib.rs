@@ -23,7 +23,7 @@ pub mod tenants;
 pub mod upgrade;
 pub mod wait;
 
-pub use fields::{cond, field};
+pub use fields::{cond, field, is_final};
 pub use ns::{with_ns, TestNs};
 
 /// The image every test pod runs (built by e2e/images, imported into containerd).

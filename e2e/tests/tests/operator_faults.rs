@@ -1,13 +1,15 @@
 //! e2e/suites/operator's assertions that need the host-run operator to themselves, run one at a time
 //! (`rust_tests operator_faults 1`) after tests/operator.rs: a restart of the operator (its hook,
-//! e2e/suites/lib/operator-hooks.sh), and counts of the operator's metrics that any other test's status
-//! writes would move.
+//! e2e/suites/lib/operator-hooks.sh), counts of the operator's metrics that any other test's status
+//! writes would move, and the API writes of short processes (whether a `true` ends within the
+//! supervisor's 10 ms look depends on the node being quiet: beside other tests' pod starts and
+//! CRD updates, 6 of 40 missed it in one CI run).
 use std::time::Duration;
 
-use anyhow::{ensure, Result};
+use anyhow::{bail, ensure, Result};
 use sandbox_e2e::host::{hook, Host};
 use sandbox_e2e::manifests::{pod, sbp, sh};
-use sandbox_e2e::{cmd, field, metrics, with_ns, TestNs};
+use sandbox_e2e::{cmd, cond, field, is_final, metrics, with_ns, TestNs};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -318,4 +320,223 @@ async fn deleted_while_no_operator_was_up_is_stopped_when_one_returns() {
         checked
     })
     .await;
+}
+
+/// The writes a watch saw of one object: its distinct resourceVersions (with the phase each
+/// showed), how many came up to the first final status, and whether it was deleted.
+#[derive(Default, Debug)]
+struct Writes {
+    versions: Vec<String>,
+    phases: Vec<String>,
+    /// When the watch saw each version.
+    at: Vec<std::time::Instant>,
+    to_final: Option<usize>,
+    deleted: bool,
+}
+
+type Seen = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, Writes>>>;
+
+/// Issues 33 and 48: the API writes of 20 short processes (`true`) from create to deletion,
+/// counted through a watch (one distinct resourceVersion per write) plus the Events about them
+/// (one write each, more for a series): ≤ 2 each to final (create, final status: no finalizer
+/// for a process final in its first status), ≤ 1 more to deletion (the DELETE), as manifests and
+/// through the clients alike. Running is never held back to save writes: a `true` whose end the
+/// supervisor did not see within its 10 ms (`EARLY_END`; a busy node, so this runs alone) is
+/// shown Running and costs a long process's writes (≤ 6 to final, ≤ 2 to deletion);
+/// at most 2 of 40 may. docs/concepts/writes.md says why each remains.
+#[tokio::test]
+#[ignore = "needs the test cluster: run by e2e/suites/operator"]
+async fn a_short_process_costs_at_most_three_api_writes() {
+    with_ns("op-writes", |t| async move {
+        t.pods([pod("target", None)]).await?;
+        let mut over = writes_of_20(&t, false).await?;
+        over.extend(writes_of_20(&t, true).await?);
+        let text = |o: &[(String, bool)]| o.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>();
+        let beyond: Vec<_> = over
+            .iter()
+            .filter(|(_, long_ok)| !long_ok)
+            .cloned()
+            .collect();
+        ensure!(
+            beyond.is_empty(),
+            "over even a long process's budget (≤ 6 writes to final, ≤ 2 to deletion):\n{}",
+            text(&beyond).join("\n")
+        );
+        ensure!(
+            over.len() <= 2,
+            "{} of 40 short processes over the budget (≤ 2 writes to final, ≤ 1 to deletion):\n{}",
+            over.len(),
+            text(&over).join("\n")
+        );
+        println!(
+            "note: {} of 40 shown Running first (a long process's writes)",
+            over.len()
+        );
+        Ok(())
+    })
+    .await;
+}
+
+/// 20 short processes applied as manifests (or started through the Rust client), then deleted:
+/// those over the budget, with their writes, and whether within a long process's.
+async fn writes_of_20(t: &TestNs, by_client: bool) -> Result<Vec<(String, bool)>> {
+    use kube::api::{DeleteParams, ListParams};
+    const N: usize = 20;
+    let seen = Seen::default();
+    let watch = tokio::spawn(watch_writes(t.clone(), seen.clone()).await?);
+    let prefix = if by_client { "client" } else { "short" };
+    let names: Vec<String> = (0..N).map(|i| format!("{prefix}-{i}")).collect();
+    if by_client {
+        for n in &names {
+            let start = sandbox_client::Start::new("target", ["true"]).id(n.clone());
+            t.sandbox.start(start).await?;
+        }
+    } else {
+        let true_ = |n: &String| sbp(n, "target", json!({"command": ["true"]}));
+        t.apply_sbps(names.iter().map(true_)).await?;
+    }
+    until_all(&seen, N, "final", |w| w.to_final.is_some()).await?;
+    // Events follow the status write; a late status write would show here too.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let at_final = event_writes(t).await?;
+    t.sbps()
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    until_all(&seen, N, "deleted", |w| w.deleted).await?;
+    watch.abort();
+    let at_end = event_writes(t).await?;
+    println!(
+        "note: {prefix}: {}",
+        running_to_final(&seen.lock().unwrap())
+    );
+    let over = over_budget(&seen.lock().unwrap(), &at_final, &at_end, 2);
+    Ok(over)
+}
+
+/// A watch of the namespace's SandboxProcesses from now, recording every version into `seen`.
+async fn watch_writes(
+    t: TestNs,
+    seen: Seen,
+) -> Result<impl std::future::Future<Output = Result<()>>> {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::{ListParams, WatchEvent, WatchParams};
+    let api = t.sbps();
+    let from = api.list(&ListParams::default()).await?.metadata;
+    let from = from.resource_version.unwrap_or_default();
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(290), &from)
+        .await?
+        .boxed();
+    Ok(async move {
+        while let Some(ev) = stream.try_next().await? {
+            let (o, deleted) = match ev {
+                WatchEvent::Added(o) | WatchEvent::Modified(o) => (o, false),
+                WatchEvent::Deleted(o) => (o, true),
+                WatchEvent::Bookmark(_) => continue,
+                WatchEvent::Error(e) => bail!("the watch ended: {e:?}"),
+            };
+            let mut all = seen.lock().unwrap();
+            let name = o.metadata.name.clone().unwrap_or_default();
+            let w = all.entry(name).or_default();
+            let rv = o.metadata.resource_version.clone().unwrap_or_default();
+            if !w.versions.contains(&rv) {
+                w.versions.push(rv);
+                // "Running/Starting": shown while the agent still launched it.
+                let ready = cond(&o, "Ready");
+                let reason = ready.split('/').nth(1).unwrap_or_default();
+                w.phases
+                    .push(format!("{}/{reason}", field(&o, "/status/phase")));
+                w.at.push(std::time::Instant::now());
+            }
+            if w.to_final.is_none() && is_final(&o) {
+                w.to_final = Some(w.versions.len());
+            }
+            w.deleted |= deleted;
+        }
+        Ok(())
+    })
+}
+
+/// Waits up to 60 s until `n` objects the watch saw are `what`.
+async fn until_all(seen: &Seen, n: usize, what: &str, pred: fn(&Writes) -> bool) -> Result<()> {
+    for _ in 0..600 {
+        if seen.lock().unwrap().values().filter(|w| pred(w)).count() == n {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!(
+        "not all {n} objects {what} in 60 s: {:?}",
+        seen.lock().unwrap()
+    )
+}
+
+/// The objects over the budget, each with its versions by phase and its Events, and whether
+/// within a long process's budget.
+fn over_budget(
+    seen: &std::collections::BTreeMap<String, Writes>,
+    at_final: &[EventWrites],
+    at_end: &[EventWrites],
+    final_budget: usize,
+) -> Vec<(String, bool)> {
+    let of = |events: &[EventWrites], name: &str| -> (usize, Vec<String>) {
+        let mine: Vec<&EventWrites> = events.iter().filter(|e| e.object == name).collect();
+        let writes = mine.iter().map(|e| e.writes).sum();
+        (writes, mine.iter().map(|e| e.reason.clone()).collect())
+    };
+    let mut over = Vec::new();
+    for (name, w) in seen {
+        let ((early, _), (all, reasons)) = (of(at_final, name), of(at_end, name));
+        let final_at = w.to_final.unwrap_or(0);
+        let (to_final, to_gone) = (final_at + early, w.versions.len() - final_at + all - early);
+        if to_final > final_budget || to_gone > 1 {
+            let text = format!(
+                "{name}: {to_final} writes to final, {to_gone} to deletion (versions by phase {:?}, Events {reasons:?})",
+                w.phases
+            );
+            over.push((text, to_final <= 6 && to_gone <= 2));
+        }
+    }
+    over
+}
+
+/// How long a Running status stood before the final one, for those that had one (a short
+/// process has none when the supervisor saw its tree end before reporting it running).
+fn running_to_final(seen: &std::collections::BTreeMap<String, Writes>) -> String {
+    let mut gaps: Vec<u128> = seen
+        .values()
+        .filter_map(|w| {
+            let running = w.phases.iter().position(|p| p.starts_with("Running"))?;
+            let last = w.to_final? - 1;
+            Some(w.at[last].duration_since(w.at[running]).as_millis())
+        })
+        .collect();
+    gaps.sort();
+    format!(
+        "{} of {} had a Running status; it stood before the final one (ms): {gaps:?}",
+        gaps.len(),
+        seen.len()
+    )
+}
+
+/// An Event's writes: one, or its series count.
+struct EventWrites {
+    object: String,
+    reason: String,
+    writes: usize,
+}
+
+/// The namespace's Events.
+async fn event_writes(t: &TestNs) -> Result<Vec<EventWrites>> {
+    use k8s_openapi::api::core::v1::Event;
+    let list = t.api::<Event>().list(&Default::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|e| EventWrites {
+            object: e.involved_object.name.unwrap_or_default(),
+            reason: e.reason.unwrap_or_default(),
+            writes: e.count.unwrap_or(1).max(1) as usize,
+        })
+        .collect())
 }
