@@ -190,6 +190,8 @@ struct Serve {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Before the runtime's threads exist: each takes an arena as it first allocates.
+    sandbox_memory::tune();
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Serve(s) => {
@@ -283,6 +285,9 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         tracing::warn!("preparing the supervisors' cgroup: {e}");
     }
     let registry = Registry::open(cfg).await?;
+    // Thousands of starts at once (their requests, records, watch events) leave a heap the
+    // agent would otherwise keep for the rest of its life (docs/benchmarks.md, "The node agent").
+    sandbox_memory::spawn(sandbox_memory::EVERY);
     // Streams (watch, log follow) end when shutdown starts, so graceful shutdown can finish;
     // nothing the agent holds needs saving (supervisors own the state).
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -32,6 +32,7 @@ pub struct Metrics {
     state_available: Gauge,
     state_capacity: Gauge,
     cert_expiry: Gauge,
+    heap: sandbox_memory::HeapGauge,
 }
 
 /// What the node tells at scrape time, beside the records.
@@ -106,6 +107,7 @@ impl Metrics {
             "When the agent's serving certificate expires (renewed at 2/3 of its validity)",
             cert_expiry.clone(),
         );
+        let heap = sandbox_memory::HeapGauge::register(&mut registry);
         Metrics {
             registry,
             start_seconds,
@@ -117,6 +119,7 @@ impl Metrics {
             state_available,
             state_capacity,
             cert_expiry,
+            heap,
         }
     }
 
@@ -165,6 +168,7 @@ impl Metrics {
             r.output.stdout_bytes.saturating_add(r.output.stderr_bytes)
         }));
         self.dropped_bytes.set(sum(|r| r.output.dropped_bytes));
+        self.heap.update();
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -211,6 +215,8 @@ mod tests {
             assert!(text.contains(want), "{want} not in:\n{text}");
         }
         assert!(!text.contains("\"a\""), "no process ids");
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        assert!(text.contains("sandbox_agent_heap_bytes{state=\"in_use\"}"));
         let again = m.encode(&[], NodeFacts::default());
         assert!(again.contains("sandbox_agent_processes{phase=\"Running\"} 0"));
         assert!(

@@ -9,16 +9,16 @@
 //!   wings above use.
 //!
 //! The floor, below every wing: certificates and keys ([`pki`]), metrics ([`metrics`]), leader
-//! election ([`lease`]), giving freed memory back ([`memtrim`]), the CRD generator ([`crdgen`]),
+//! election ([`lease`]), the CRD generator ([`crdgen`]),
 //! the start-up self test ([`selftest`]) and the status of a process, pure ([`status`]: a
-//! SandboxProcess's and a `Process`'s alike).
+//! SandboxProcess's and a `Process`'s alike). Freed memory is given back by `sandbox_memory`, shared
+//! with the node agent.
 pub mod agent;
 pub mod aggregated;
 pub mod crdgen;
 pub mod envfrom;
 pub mod lease;
 pub mod listed;
-pub mod memtrim;
 pub mod metrics;
 pub mod pki;
 pub mod pod;

@@ -173,7 +173,7 @@ async fn signal() {
 
 fn main() -> anyhow::Result<()> {
     // Before the runtime's threads exist: each takes an arena as it first allocates.
-    sandbox_operator::memtrim::tune();
+    sandbox_memory::tune();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
@@ -196,7 +196,7 @@ async fn serve() -> anyhow::Result<()> {
     let client = Client::try_default().await?;
     let metrics = Arc::new(Metrics::new());
     serve_metrics(args.metrics_addr, metrics.clone());
-    sandbox_operator::memtrim::spawn(sandbox_operator::memtrim::EVERY);
+    sandbox_memory::spawn(sandbox_memory::EVERY);
     let (agents, changed) = agent_registry(&args, &client, &identity)?;
     // Every replica watches every agent: the process API serves from those watches; the
     // controller hears of changes only while this replica leads.

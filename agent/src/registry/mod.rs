@@ -5,6 +5,7 @@
 //! Where each part lives: [`start`](self::start) (one start per exec id, and what it checks
 //! first), [`supervision`](self::supervision) (supervisors watched, lost processes),
 //! [`stop`](self::stop) (signals, stops, forgetting a process).
+mod locks;
 mod object;
 mod probe;
 mod start;
@@ -65,7 +66,8 @@ pub struct Registry {
     cfg: Config,
     records: Mutex<BTreeMap<String, ProcessRecord>>,
     tx: broadcast::Sender<WatchEvent>,
-    start_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One start, forget or object change at a time per process.
+    ops: locks::KeyedLocks,
     follows: Arc<Follows>,
     /// Each runtime binary judged, and the verdict (judged again when the file changes).
     runtime_verdicts: Mutex<HashMap<String, (spawn::FileId, Verdict)>>,
@@ -90,7 +92,7 @@ impl Registry {
             cfg,
             records: Mutex::new(BTreeMap::new()),
             tx,
-            start_locks: Mutex::new(HashMap::new()),
+            ops: Default::default(),
             runtime_verdicts: Mutex::new(HashMap::new()),
             lost: Default::default(),
             objects: Default::default(),

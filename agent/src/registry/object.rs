@@ -20,8 +20,7 @@ impl Registry {
         object: ProcessObject,
     ) -> Result<ProcessRecord, AgentError> {
         sandbox_wire::wire_rules::object(&object)?;
-        let lock = self.lock_for(id);
-        let _one_at_a_time = lock.lock().await;
+        let _one_at_a_time = self.ops.lock(id).await;
         // One at a time with a start and a forget of the same process (they take this lock too).
         let rec = self.get(id)?;
         let eid = ExecId::parse(id)?;

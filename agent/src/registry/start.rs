@@ -28,15 +28,6 @@ const MIN_FREE_TO_START: u64 = 1 << 20;
 const _: () = assert!(sandbox_node_protocol::ledger::OUTPUT_FLOOR >= 2 * MIN_FREE_TO_START);
 
 impl Registry {
-    pub(super) fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.start_locks
-            .lock()
-            .unwrap()
-            .entry(id.to_string())
-            .or_default()
-            .clone()
-    }
-
     /// Refuses to launch with a runtime known to let a process reach the host (see
     /// `runtime::version`). The verdict is kept until the binary changes.
     async fn check_runtime(self: &Arc<Self>, binary: &str) -> Result<(), AgentError> {
@@ -82,8 +73,7 @@ impl Registry {
     pub async fn start(self: &Arc<Self>, req: StartRequest) -> Result<ProcessRecord, AgentError> {
         let id = ExecId::parse(&req.exec_id)?;
         let req = sandbox_wire::wire_rules::start(req)?;
-        let lock = self.lock_for(id.as_str());
-        let _guard = lock.lock().await;
+        let _one_at_a_time = self.ops.lock(id.as_str()).await;
         if self.cfg.layout.proc_dir(&id).exists() {
             return self.wait_started(&id).await;
         }

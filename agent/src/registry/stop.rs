@@ -57,8 +57,7 @@ impl Registry {
     pub async fn forget(&self, id: &str) -> Result<(), AgentError> {
         // Not while its object is being changed ([`Registry::set_object`]): that would store its
         // record again after it was forgotten.
-        let lock = self.lock_for(id);
-        let _one_at_a_time = lock.lock().await;
+        let _one_at_a_time = self.ops.lock(id).await;
         let rec = self.get(id)?;
         let id = ExecId::parse(id)?;
         if !rec.is_final() {
@@ -90,7 +89,6 @@ impl Registry {
         let _ = std::fs::remove_dir_all(self.cfg.layout.proc_dir(&id));
         self.records.lock().unwrap().remove(id.as_str());
         self.objects.lock().unwrap().remove(id.as_str());
-        self.start_locks.lock().unwrap().remove(id.as_str());
         let _ = self.tx.send(WatchEvent::Deleted {
             exec_id: id.to_string(),
         });

@@ -11,7 +11,7 @@ use tracing::{debug, info, warn};
 
 use super::client::{error_chain, AgentError};
 use super::{now, Agents};
-use crate::memtrim::ShrinkSparse;
+use sandbox_memory::ShrinkSparse;
 
 /// How long a watch stream may stay silent once the agent has said it sends heartbeats every
 /// `interval_ms`: three intervals, at least 5 s (a slow agent is not a gone one). Agents send one

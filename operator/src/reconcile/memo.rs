@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::memtrim::ShrinkSparse;
+use sandbox_memory::ShrinkSparse;
 
 #[derive(Default)]
 struct Entry {

@@ -1,29 +1,7 @@
-//! A counting global allocator for the heap tests (cache_heap.rs, perobj_heap.rs): each test
-//! binary that declares `mod common;` counts every allocation of its process. One test per
-//! binary, so nothing else allocates meanwhile.
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-struct Counting;
-static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
-static FREED: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counters are atomics.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(l.size(), Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        FREED.fetch_add(l.size(), Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-}
+//! The counting global allocator for the heap tests (cache_heap.rs, perobj_heap.rs,
+//! process_table_heap.rs): each test binary that declares `mod common;` counts every allocation
+//! of its process. One test per binary, so nothing else allocates meanwhile.
+pub use sandbox_memory::counting::live;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Bytes allocated and not freed so far (may fall below an earlier reading).
-pub fn live() -> isize {
-    ALLOCATED.load(Ordering::Relaxed) as isize - FREED.load(Ordering::Relaxed) as isize
-}
+static GLOBAL: sandbox_memory::counting::Counting = sandbox_memory::counting::Counting;

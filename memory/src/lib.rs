@@ -1,14 +1,20 @@
-//! Gives the allocator's free memory back to the system now and then.
+//! Gives the allocator's free memory back to the system now and then, and counts the heap: the
+//! operator's and the node agent's (one rule for both: each is a long-lived server whose bursts
+//! must not set its RSS for good).
 //!
 //! A burst of work (thousands of objects created at once: their watch events, reconciles, status
-//! bodies) takes the heap to a peak that glibc keeps after the burst's memory is freed: free
+//! bodies; on a node, thousands of starts and their records) takes the heap to a peak that glibc keeps after the burst's memory is freed: free
 //! chunks stay in each thread's arena, and only the top of the main heap is returned on its own.
 //! The operator's RSS then reads as the burst's peak for the rest of its life (docs/benchmarks.md,
 //! "Operator memory"), which is what a memory limit and the kubelet's eviction look at.
 //! `malloc_trim(0)` returns every whole free page of every arena. On a fragmented 70 MiB heap the
-//! first call took 24–31 ms and a repeat 2–6 ms (operator/tests/memtrim.rs), so one every 5 s
+//! first call took 24–31 ms and a repeat 2–6 ms (memory/tests/trim.rs), so one every 5 s
 //! costs about 0.1 % of a core. Tables that outlive a burst give their room back too
 //! ([`ShrinkSparse`]).
+pub mod counting;
+mod gauge;
+pub use gauge::HeapGauge;
+
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::time::Duration;
@@ -89,9 +95,9 @@ pub fn trim() -> bool {
 
 /// Gives a per-object table's room back once it is mostly empty: a hash table otherwise keeps
 /// the size of its fullest moment for good (a burst of thousands of objects started at once,
-/// all final since; tests/perobj_heap.rs). Shrinks to twice what is left, only after three
+/// all final since; operator/tests/perobj_heap.rs). Shrinks to twice what is left, only after three
 /// quarters went: amortized O(1) per removal.
-pub(crate) trait ShrinkSparse {
+pub trait ShrinkSparse {
     fn shrink_if_sparse(&mut self);
 }
 

@@ -1,4 +1,4 @@
-//! memtrim gives a fragmented heap's free pages back to the system, from every thread's arena,
+//! The trim gives a fragmented heap's free pages back to the system, from every thread's arena,
 //! and does it fast enough to run every few seconds. Its own test binary: RSS is per process.
 #![cfg(all(target_os = "linux", target_env = "gnu"))]
 use std::time::Instant;
@@ -30,7 +30,7 @@ fn trimming_returns_freed_memory_of_every_arena() {
         "the freed chunks should still be resident before trimming: {before} → {held} KiB"
     );
     let t = Instant::now();
-    assert!(sandbox_operator::memtrim::trim(), "nothing was given back");
+    assert!(sandbox_memory::trim(), "nothing was given back");
     let took = t.elapsed();
     let after = rss_kib();
     assert!(
@@ -40,7 +40,7 @@ fn trimming_returns_freed_memory_of_every_arena() {
     // ~70 MiB of heap in 5 arenas: a call every few seconds must stay cheap.
     assert!(took.as_millis() < 50, "trimming took {took:?}");
     let t2 = Instant::now();
-    sandbox_operator::memtrim::trim();
+    sandbox_memory::trim();
     println!("second trim {:?}", t2.elapsed());
     println!(
         "RSS {before} → {held} → {after} KiB; trim took {took:?}; {} chunks kept",
