@@ -146,8 +146,46 @@ impl SpawnConfig {
     }
 }
 
-pub fn spawn_supervisor(cfg: &SpawnConfig, layout: &Layout, id: &ExecId) -> std::io::Result<u32> {
-    spawn(cfg, layout, id, None)
+/// A supervisor just started: its pid, and a pidfd for its exit (`None` only on a kernel without
+/// pidfds, before 5.3).
+pub struct Spawned {
+    pub pid: u32,
+    pub exits: Option<OwnedFd>,
+}
+
+pub fn spawn_supervisor(
+    cfg: &SpawnConfig,
+    layout: &Layout,
+    id: &ExecId,
+) -> std::io::Result<Spawned> {
+    // One at a time with the reaper, until the pidfd is open: a supervisor that ended at once and
+    // was reaped first would free its pid, which after the node's pids wrapped can be another
+    // process's by the time pidfd_open names it; the start would then wait on, and judge the
+    // supervisor by, a stranger's exit. Unreaped, the pid stays the supervisor's (a zombie).
+    let _no_reaping = children();
+    let pid = spawn(cfg, layout, id, None)?;
+    Ok(Spawned {
+        pid,
+        exits: pidfd_open(pid as i32).ok(),
+    })
+}
+
+/// Held by a supervisor's start until its pidfd is open, and by every reap.
+fn children() -> std::sync::MutexGuard<'static, ()> {
+    static CHILDREN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CHILDREN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A descriptor for process `pid` that stays its own even if the pid is reused later.
+pub fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd we then own exclusively.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a freshly returned, valid descriptor not owned elsewhere.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Ends what is left of a lost supervisor's process tree (its cgroup), from the host's view.
@@ -292,8 +330,10 @@ pub struct FileId {
     mtime: i64,
 }
 
-/// Collects exited supervisors that are our children (the agent never has other children).
+/// Collects exited supervisors that are our children (the agent never has other children), but
+/// none whose pidfd is still being opened ([`spawn_supervisor`]).
 pub fn reap_exited() {
+    let _no_start_between_fork_and_pidfd = children();
     while let Ok(Some(_)) = sandbox_node_protocol::wait::reap_any() {}
 }
 

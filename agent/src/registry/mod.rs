@@ -15,7 +15,6 @@ mod stop;
 mod supervision;
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -278,14 +277,4 @@ impl Registry {
         }
         self.get(id.as_str())
     }
-}
-
-fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd we then own exclusively.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is a freshly returned, valid descriptor not owned elsewhere.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }

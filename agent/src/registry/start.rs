@@ -11,7 +11,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::broadcast;
 use tracing::info;
 
-use super::{pidfd_open, Registry};
+use super::Registry;
 use crate::error::AgentError;
 use crate::runtime::exec_spec;
 use crate::runtime::version::{self, Verdict};
@@ -204,18 +204,17 @@ impl Registry {
                 reason: format!("starting supervisor: {e}"),
             }
         });
-        let pid = match pid {
-            Ok(p) => p,
+        let spawned = match pid {
+            Ok(s) => s,
             Err(e) => {
                 self.mark_lost(id, &e.to_string()).await;
                 return Err(e);
             }
         };
-        info!(exec_id = %id, supervisor = pid, container = %launch.container_id, "supervisor started");
-        // The supervisor is our child and cannot have been reaped before its pidfd is open unless
-        // it already exited: then the record (or its absence) tells.
-        Ok(pidfd_open(pid as i32)
-            .ok()
+        info!(exec_id = %id, supervisor = spawned.pid, container = %launch.container_id, "supervisor started");
+        // Opened before any reap could free its pid (spawn::spawn_supervisor).
+        Ok(spawned
+            .exits
             // SAFETY: the OwnedFd moves into the AsyncFd and stays open, unchanged, for its whole
             // lifetime.
             .and_then(|fd| unsafe { AsyncFd::register(fd) }.ok()))

@@ -8,7 +8,7 @@ use sandbox_wire::wire::{ApiError, EndReason, ErrorCode, Phase, ProcessRecord};
 use tokio::io::unix::AsyncFd;
 use tracing::warn;
 
-use super::{pidfd_open, Registry};
+use super::Registry;
 use crate::spawn;
 use sandbox_node_protocol::clock::now_rfc3339;
 use sandbox_node_protocol::exec_id::ExecId;
@@ -36,7 +36,7 @@ impl Registry {
 
     /// Waits for the supervisor to exit (pidfd), then checks that it left a final record.
     fn watch_supervisor(self: Arc<Self>, id: ExecId, ident: SupervisorIdentity) {
-        match pidfd_open(ident.pid) {
+        match spawn::pidfd_open(ident.pid) {
             Ok(fd) if ident.alive() => {
                 // SAFETY: the OwnedFd moves into the AsyncFd and stays open, unchanged, for its
                 // whole lifetime.
