@@ -15,7 +15,7 @@
 mod common;
 
 use std::io::Read;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -566,15 +566,7 @@ fn wait_members(count: impl Fn() -> usize, n: usize) {
 }
 
 fn pidfd(pid: i32) -> OwnedFd {
-    // SAFETY: pidfd_open returns a new descriptor that we own.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    assert!(
-        fd >= 0,
-        "pidfd_open {pid}: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: fd is valid and exclusively ours.
-    unsafe { OwnedFd::from_raw_fd(fd as i32) }
+    sandbox_node_protocol::wait::pidfd_open(pid).unwrap_or_else(|e| panic!("pidfd_open {pid}: {e}"))
 }
 
 fn mem_kib(pid: i64) -> (u64, u64) {

@@ -166,7 +166,7 @@ pub fn spawn_supervisor(
     let pid = spawn(cfg, layout, id, None)?;
     Ok(Spawned {
         pid,
-        exits: pidfd_open(pid as i32).ok(),
+        exits: sandbox_node_protocol::wait::pidfd_open(pid as i32).ok(),
     })
 }
 
@@ -174,18 +174,6 @@ pub fn spawn_supervisor(
 fn children() -> std::sync::MutexGuard<'static, ()> {
     static CHILDREN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     CHILDREN.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A descriptor for process `pid` that stays its own even if the pid is reused later.
-pub fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd we then own exclusively.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is a freshly returned, valid descriptor not owned elsewhere.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Ends what is left of a lost supervisor's process tree (its cgroup), from the host's view.

@@ -76,14 +76,10 @@ pub fn wait_for(pid: i32) -> io::Result<ChildEnd> {
 /// Waits up to `limit` for child `pid` to end: `Ok(None)` when it is still running then (it is
 /// left so). A pidfd wakes the wait at the child's end, with no polling.
 pub fn wait_for_within(pid: i32, limit: Duration) -> io::Result<Option<ChildEnd>> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
+    let Ok(fd) = pidfd_open(pid) else {
         // Before Linux 5.3: no bound rather than no start.
         return wait_for(pid).map(Some);
-    }
-    // SAFETY: the descriptor was just returned to us and nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    };
     let until = Instant::now() + limit;
     loop {
         if let Some((_, st)) = wait_raw(pid, libc::WNOHANG)? {
@@ -107,6 +103,18 @@ pub fn wait_for_within(pid: i32, limit: Duration) -> io::Result<Option<ChildEnd>
             return Err(io::Error::last_os_error());
         }
     }
+}
+
+/// A descriptor for process `pid` that stays its own even if the pid is reused later (readable
+/// once it has ended).
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just returned to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// waitpid(2), retried on EINTR; `Ok(None)` when WNOHANG found nothing.

@@ -36,7 +36,7 @@ impl Registry {
 
     /// Waits for the supervisor to exit (pidfd), then checks that it left a final record.
     fn watch_supervisor(self: Arc<Self>, id: ExecId, ident: SupervisorIdentity) {
-        match spawn::pidfd_open(ident.pid) {
+        match sandbox_node_protocol::wait::pidfd_open(ident.pid) {
             Ok(fd) if ident.alive() => {
                 // SAFETY: the OwnedFd moves into the AsyncFd and stays open, unchanged, for its
                 // whole lifetime.
